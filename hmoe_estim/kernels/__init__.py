@@ -1,0 +1,5 @@
+"""Numba kernels: activations, the token gate, and the fused objective and gradient.
+
+Plain ``@njit(cache=True)`` functions, one concept per module; the estimator code in
+:mod:`hmoe_estim.estimator` calls them through :mod:`hmoe_estim.parameters`' layout.
+"""
