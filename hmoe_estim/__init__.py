@@ -9,6 +9,13 @@ kernels are only loaded by the code that uses them.
 """
 
 import importlib
+import os
+
+# Numba's OpenMP threading layer spins its idle threads by default; between two kernel calls
+# L-BFGS-B runs on the main thread, and spinning workers steal its core (measured: 50-100x
+# slower fits on 2 cores). Passive waiting costs nothing measurable in the kernels. The
+# variable must be set before the OpenMP runtime starts; a user's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from ._names import ACTIVATIONS, GATES
 

@@ -1,0 +1,351 @@
+"""Least-squares estimators of the HMoE models (SPEC §3): ``HMoERegressor`` and presets.
+
+The estimator solves the excerpt's eq. (3),
+
+    Ĝ_n ∈ argmin_G Σ_j (Y_j − f_G(X_j))²,
+
+over the (H, K, N)-HMoE class of the chosen gate position, with ``omega >= 0`` (A.2),
+``M[h, N-1] = 0`` (A.3) and a box on every parameter (A.1). The loss is non-convex: L-BFGS-B
+runs from ``n_starts`` starting points and the best objective is kept.
+"""
+
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._names import GATE_LABELS, check_activation, check_gate
+from .initialization import check_init_measure, random_start
+from .measure import MixingMeasure
+from .optim import run_starts
+from .parameters import make_bounds, n_params, pack, unpack
+from .regression import evaluate
+
+__all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor"]
+
+
+def _check_int(value, name, minimum):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
+    return int(value)
+
+
+def _check_positive(value, name):
+    if not isinstance(value, numbers.Real) or not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number; got {value!r}.")
+    return float(value)
+
+
+class HMoERegressor(RegressorMixin, BaseEstimator):
+    """Least-squares fit of an (H, K, N)-HMoE: multi-head attention, gated or not, as a regressor.
+
+    The model (SPEC §2; ``g[h, i](x) = softmax_i(xᵀ M[h, i] x)``):
+
+    - ``gate="none"`` — MHA, eq. (2): ``f(x) = Σ_h Σ_k ω[h,k] Σ_i g[h,i](x) a[h,i,k]·x``;
+    - ``gate="value"`` — G2, eq. (9): ``Σ_h Σ_k ω[h,k] Σ_i g[h,i](x) φ(a[h,i,k]·x)``;
+    - ``gate="sdpa"`` — G1, eq. (12): ``Σ_h Σ_k ω[h,k] φ(Σ_i g[h,i](x) a[h,i,k]·x)``;
+    - ``gate="output"`` — G5: ``φ(f_MHA(x))``.
+
+    Parameters
+    ----------
+    n_heads : int, default=1
+        Number of heads ``H`` (known, ``H*``).
+    n_tokens : int, default=2
+        Number of tokens ``N`` (known, ``N*``).
+    n_experts : int, default=2
+        Number of value channels ``K`` per head; over-specify (``K > K*``) when ``K*`` is
+        unknown, or choose it with ``GridSearchCV``.
+    gate : {"none", "value", "sdpa", "output"}, default="none"
+        Gate position.
+    activation : {"sigmoid", "tanh", "gelu", "silu"}, default="sigmoid"
+        The non-linearity ``φ`` of the gate (unused for ``gate="none"``).
+    n_starts : int, default=4
+        Number of L-BFGS-B starts; the best objective is kept.
+    max_iter : int, default=1000
+        Iteration cap of each start. Gated fits often need hundreds of iterations.
+    tol : float, default=1e-9
+        ``ftol`` and ``gtol`` of L-BFGS-B.
+    param_bound : float, default=10.0
+        Every entry of ``M`` and ``a`` lies in ``[-param_bound, param_bound]`` (A.1).
+    omega_max : float, default=10.0
+        ``0 <= omega <= omega_max`` (A.1, A.2).
+    init : "random", MixingMeasure or list of MixingMeasure, default="random"
+        Starting points. Given measures (for example the fit at a smaller ``n``, or
+        :func:`~hmoe_estim.initialization.split_heaviest_channel` of a ``K-1`` fit) are used as
+        the first starts, clipped to the box; random starts fill up to ``n_starts``.
+    n_jobs : int or None, default=None
+        Starts run in parallel through joblib. The result does not depend on ``n_jobs``.
+    verbose : int, default=0
+        Print one line per start when > 0.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the random starts.
+
+    Attributes
+    ----------
+    measure_ : MixingMeasure
+        The fitted mixing measure (normalised, ``M[h, N-1] = 0``).
+    objective_ : float
+        Best mean squared residual over the starts.
+    start_objectives_ : ndarray of shape (n_starts,)
+        Final objective of every start.
+    start_n_iter_ : ndarray of shape (n_starts,)
+        Iterations of every start.
+    n_iter_ : int
+        Iterations of the best start.
+    converged_ : bool
+        Whether the best start converged.
+    best_start_ : int
+        Index of the best start.
+    n_features_in_ : int
+        Number of features seen during fit (``D``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from hmoe_estim import HMoERegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(-1, 1, size=(200, 2))
+    >>> y = X[:, 0] - 2 * X[:, 1]
+    >>> est = HMoERegressor(n_experts=1, n_starts=2, random_state=0).fit(X, y)
+    >>> bool(est.score(X, y) > 0.99)
+    True
+    """
+
+    def __init__(
+        self,
+        n_heads=1,
+        n_tokens=2,
+        n_experts=2,
+        gate="none",
+        activation="sigmoid",
+        n_starts=4,
+        max_iter=1000,
+        tol=1e-9,
+        param_bound=10.0,
+        omega_max=10.0,
+        init="random",
+        n_jobs=None,
+        verbose=0,
+        random_state=None,
+    ):
+        self.n_heads = n_heads
+        self.n_tokens = n_tokens
+        self.n_experts = n_experts
+        self.gate = gate
+        self.activation = activation
+        self.n_starts = n_starts
+        self.max_iter = max_iter
+        self.tol = tol
+        self.param_bound = param_bound
+        self.omega_max = omega_max
+        self.init = init
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+        self.random_state = random_state
+
+    # -- validation ----------------------------------------------------------------------
+    def _validate_hyperparameters(self):
+        check_gate(self.gate)
+        check_activation(self.activation)
+        H = _check_int(self.n_heads, "n_heads", 1)
+        N = _check_int(self.n_tokens, "n_tokens", 1)
+        K = _check_int(self.n_experts, "n_experts", 1)
+        _check_int(self.n_starts, "n_starts", 1)
+        _check_int(self.max_iter, "max_iter", 1)
+        _check_positive(self.tol, "tol")
+        _check_positive(self.param_bound, "param_bound")
+        _check_positive(self.omega_max, "omega_max")
+        return H, N, K
+
+    def _init_measures(self, shape):
+        init = self.init
+        if isinstance(init, str):
+            if init != "random":
+                raise ValueError(
+                    f"init must be 'random', a MixingMeasure or a list of them; got {init!r}."
+                )
+            return []
+        if isinstance(init, MixingMeasure):
+            init = [init]
+        return [check_init_measure(m, shape) for m in init]
+
+    # -- fitting -------------------------------------------------------------------------
+    def fit(self, X, y):
+        """Fit the HMoE by multi-start L-BFGS-B least squares.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs ``x ∈ R^D``; at least 2 samples, finite.
+        y : array-like of shape (n_samples,)
+            Targets.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            Invalid hyper-parameters, NaN/inf, mismatched lengths, fewer than 2 samples,
+            or an ``init`` measure of the wrong shape.
+
+        Warns
+        -----
+        UserWarning
+            Fewer samples than free parameters (the fit is under-determined).
+        ConvergenceWarning
+            The best start reached ``max_iter`` (or stopped abnormally).
+        """
+        H, N, K = self._validate_hyperparameters()
+        X, y = validate_data(
+            self, X, y, y_numeric=True, ensure_min_samples=2, dtype=np.float64
+        )
+        n, D = X.shape
+        shape = (H, N, K, D)
+        init_measures = self._init_measures(shape)
+        P = n_params(*shape)
+        if n < P:
+            warnings.warn(
+                f"{n} samples for {P} free parameters: the least-squares fit is "
+                "under-determined. Use more samples or fewer heads/tokens/channels.",
+                UserWarning,
+                stacklevel=2,
+            )
+        rng = check_random_state(self.random_state)
+        lower, upper = make_bounds(shape, omega_max=self.omega_max, param_bound=self.param_bound)
+        x_rms = float(np.sqrt(np.mean(X**2)))
+        y_scale = float(np.std(y)) if np.std(y) > 0 else float(np.mean(np.abs(y))) + 1e-3
+        starts = [np.clip(pack(m), lower, upper) for m in init_measures[: self.n_starts]]
+        while len(starts) < self.n_starts:
+            m = random_start(
+                shape, rng, x_rms=x_rms, y_scale=y_scale,
+                omega_max=self.omega_max, param_bound=self.param_bound,
+            )
+            starts.append(np.clip(pack(m), lower, upper))
+        XT = np.ascontiguousarray(X.T)
+        results = run_starts(
+            starts, XT, np.ascontiguousarray(y), shape, self.gate, self.activation,
+            (lower, upper), max_iter=self.max_iter, tol=self.tol,
+            n_jobs=self.n_jobs, verbose=self.verbose,
+        )
+        objectives = np.array([r.objective for r in results])
+        if not np.any(np.isfinite(objectives)):
+            raise ValueError(
+                "Every start ended with a non-finite objective: the inputs are too large for "
+                "the model (|x|² · |M| overflows). Rescale X, e.g. with StandardScaler."
+            )
+        best = int(np.argmin(objectives))
+        if self.verbose:
+            for j, r in enumerate(results):
+                mark = "*" if j == best else " "
+                print(
+                    f"[{GATE_LABELS[self.gate]}] start {j}{mark} objective={r.objective:.6g} "
+                    f"iterations={r.n_iter} converged={r.converged}"
+                )
+        res = results[best]
+        self.theta_ = res.theta
+        self.measure_ = unpack(res.theta, shape)
+        self.objective_ = float(res.objective)
+        self.start_objectives_ = objectives
+        self.start_n_iter_ = np.array([r.n_iter for r in results])
+        self.start_converged_ = np.array([r.converged for r in results])
+        self.n_iter_ = int(res.n_iter)
+        self.converged_ = bool(res.converged)
+        self.best_start_ = best
+        if not res.converged:
+            warnings.warn(
+                f"L-BFGS-B did not converge for the best start ({res.message}) after "
+                f"{res.n_iter} iterations. Increase max_iter (now {self.max_iter}) or tol "
+                f"(now {self.tol}).",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        return self
+
+    def predict(self, X):
+        """Evaluate the fitted regression function ``f_Ĝ(X)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self, "measure_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return evaluate(self.theta_, X, self.measure_.shape, self.gate, self.activation)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+class _PresetRegressor(HMoERegressor):
+    """An :class:`HMoERegressor` whose gate position is fixed by the class."""
+
+    gate = "none"
+
+    def __init__(
+        self,
+        n_heads=1,
+        n_tokens=2,
+        n_experts=2,
+        activation="sigmoid",
+        n_starts=4,
+        max_iter=1000,
+        tol=1e-9,
+        param_bound=10.0,
+        omega_max=10.0,
+        init="random",
+        n_jobs=None,
+        verbose=0,
+        random_state=None,
+    ):
+        self.n_heads = n_heads
+        self.n_tokens = n_tokens
+        self.n_experts = n_experts
+        self.activation = activation
+        self.n_starts = n_starts
+        self.max_iter = max_iter
+        self.tol = tol
+        self.param_bound = param_bound
+        self.omega_max = omega_max
+        self.init = init
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+        self.random_state = random_state
+
+
+class MHARegressor(_PresetRegressor):
+    """:class:`HMoERegressor` with ``gate="none"``: plain multi-head attention, eq. (2).
+
+    Same parameters as :class:`HMoERegressor` except ``gate``; ``activation`` is unused.
+    """
+
+    gate = "none"
+
+
+class G2Regressor(_PresetRegressor):
+    """:class:`HMoERegressor` with ``gate="value"``: G2, gate after the value projection (9).
+
+    Same parameters as :class:`HMoERegressor` except ``gate``.
+    """
+
+    gate = "value"
+
+
+class G1Regressor(_PresetRegressor):
+    """:class:`HMoERegressor` with ``gate="sdpa"``: G1, gate after the SDPA output (12).
+
+    Same parameters as :class:`HMoERegressor` except ``gate``.
+    """
+
+    gate = "sdpa"

@@ -1,0 +1,101 @@
+"""Starting points of the least-squares fit (SPEC §3, §5).
+
+- :func:`random_start` — an ordinary random start scaled to the data (the default);
+- :func:`split_heaviest_channel` — a ``K+1``-channel start from a ``K``-channel fit, made by
+  splitting its heaviest channel in two halves (a non-oracle aid, SPEC §5);
+- warm starts from the fit at a smaller ``n`` are simply that fit's ``measure_`` passed as
+  ``init``.
+
+Starting near the true measure is an oracle: the study runner labels it as such.
+"""
+
+import numpy as np
+
+from .measure import MixingMeasure
+
+__all__ = ["random_start", "split_heaviest_channel", "check_init_measure"]
+
+
+def random_start(shape, rng, *, x_rms=1.0, y_scale=1.0, omega_max=10.0, param_bound=10.0):
+    """Draw a random :class:`MixingMeasure` of ``shape = (H, N, K, D)``, scaled to the data.
+
+    ``omega ~ U(0.5, 1.5)``; entries of ``M[h, i]`` (``i < N-1``) ``~ N(0, s_M²)`` with
+    ``s_M = 1 / (x_rms² √D)``, so that the quadratic forms ``xᵀ M x`` are of order one;
+    entries of ``a ~ N(0, s_a²)`` with ``s_a = y_scale / (x_rms √(D H K))``. Everything is
+    clipped inside the box of (A.1).
+
+    Parameters
+    ----------
+    shape : tuple of int
+        ``(H, N, K, D)``.
+    rng : numpy.random.RandomState
+    x_rms, y_scale : float
+        Root-mean-square of the inputs and spread of the targets.
+    omega_max, param_bound : float
+        The box.
+    """
+    H, N, K, D = shape
+    x_rms = max(float(x_rms), 1e-12)
+    s_m = 1.0 / (x_rms**2 * np.sqrt(D))
+    s_a = max(float(y_scale), 1e-3) / (x_rms * np.sqrt(D * H * K))
+    omega = rng.uniform(0.5, 1.5, size=(H, K))
+    M = rng.normal(scale=s_m, size=(H, N, D, D))
+    M = 0.5 * (M + np.swapaxes(M, 2, 3))
+    M[:, -1] = 0.0
+    a = rng.normal(scale=s_a, size=(H, N, K, D))
+    lim = 0.99 * param_bound
+    return MixingMeasure(
+        np.clip(omega, 0.0, 0.99 * omega_max), np.clip(M, -lim, lim), np.clip(a, -lim, lim)
+    )
+
+
+def split_heaviest_channel(measure, *, random_state=None, jitter=1e-2):
+    """A ``K+1``-channel start: the heaviest channel of ``measure`` split into two halves.
+
+    The channel ``(h, k)`` with the largest ``omega`` is duplicated; both copies get weight
+    ``omega[h, k] / 2`` and the copy's experts are perturbed by ``jitter`` times their norm so
+    that the halves can separate. The regression function of MHA and G2 is unchanged up to the
+    jitter (for G1 too: the two copies have the same ``φ(u)``).
+
+    Parameters
+    ----------
+    measure : MixingMeasure
+        A fit with ``K`` channels.
+    random_state : int, RandomState or None
+    jitter : float, default=1e-2
+
+    Returns
+    -------
+    MixingMeasure with ``K + 1`` channels.
+    """
+    from sklearn.utils import check_random_state
+
+    rng = check_random_state(random_state)
+    omega, a = measure.omega.copy(), measure.a.copy()
+    h, k = np.unravel_index(np.argmax(omega), omega.shape)
+    new_omega = np.zeros((omega.shape[0], 1))
+    new_omega[h, 0] = omega[h, k] / 2.0
+    omega[h, k] /= 2.0
+    new_a = a[:, :, k : k + 1, :].copy()
+    scale = np.linalg.norm(new_a[h]) / np.sqrt(new_a[h].size) + 1e-12
+    new_a[h] += jitter * scale * rng.standard_normal(new_a[h].shape)
+    return MixingMeasure(
+        np.concatenate([omega, new_omega], axis=1),
+        measure.M.copy(),
+        np.concatenate([a, new_a], axis=2),
+    )
+
+
+def check_init_measure(measure, shape):
+    """Raise a ``ValueError`` unless ``measure`` is a MixingMeasure of ``shape`` (H, N, K, D)."""
+    if not isinstance(measure, MixingMeasure):
+        raise ValueError(
+            "init must be 'random', a MixingMeasure or a list of MixingMeasures; got "
+            f"{type(measure).__name__}."
+        )
+    if measure.shape != tuple(shape):
+        raise ValueError(
+            f"init measure has shape (H, N, K, D) = {measure.shape} but the estimator fits "
+            f"{tuple(shape)}; set n_heads, n_tokens, n_experts to match or pass another measure."
+        )
+    return measure
