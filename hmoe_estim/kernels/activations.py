@@ -16,8 +16,10 @@ _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 @njit(cache=True, inline="always")
 def _sigmoid(z):
-    # 0.5 * (1 + tanh(z / 2)) is exact algebra and never overflows.
-    return 0.5 + 0.5 * math.tanh(0.5 * z)
+    # exp(-|z|) never overflows, and the branch keeps full relative accuracy in both tails.
+    e = math.exp(-abs(z))
+    r = 1.0 / (1.0 + e)
+    return r if z >= 0 else e * r
 
 
 @njit(cache=True)

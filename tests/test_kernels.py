@@ -1,0 +1,131 @@
+"""Kernels against independent plain-NumPy evaluations of SPEC §2 and finite differences."""
+
+import numpy as np
+import pytest
+
+from hmoe_estim import MixingMeasure, regression_function
+from hmoe_estim._names import ACTIVATION_CODES, ACTIVATIONS, GATE_CODES, GATES
+from hmoe_estim.kernels.activations import activation_values
+from hmoe_estim.kernels.objective import BLOCK, objective_and_gradient, predict
+from hmoe_estim.parameters import make_bounds, n_params, pack, unpack
+
+from .reference import f_ref, phi_ref, random_arrays
+
+SHAPES = [(1, 2, 3, 2), (2, 3, 3, 4), (1, 1, 2, 3), (3, 4, 2, 2)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_regression_function_matches_reference(shape, gate, activation):
+    rng = np.random.default_rng(hash((shape, gate, activation)) % 2**32)
+    omega, M, a = random_arrays(*shape, rng)
+    omega[0, 0] = -0.7  # signed omega is allowed in a measure
+    X = rng.uniform(-1.5, 1.5, size=(2 * BLOCK + 17, shape[3]))  # several blocks + remainder
+    got = regression_function(MixingMeasure(omega, M, a), X, gate=gate, activation=activation)
+    want = f_ref(omega, M, a, X, gate, activation)
+    assert got.shape == (len(X),)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_activation_values_and_derivatives(activation):
+    z = np.linspace(-40, 40, 801)
+    phi, dphi = activation_values(ACTIVATION_CODES[activation], z)
+    np.testing.assert_allclose(phi, phi_ref(activation, z), rtol=1e-12, atol=1e-300)
+    h = 1e-6
+    fd = (phi_ref(activation, z + h) - phi_ref(activation, z - h)) / (2 * h)
+    np.testing.assert_allclose(dphi, fd, rtol=1e-6, atol=1e-9)
+    assert np.all(np.isfinite(activation_values(ACTIVATION_CODES[activation], np.array([-1e300, 1e300]))[0]))
+
+
+def _fd_gradient(fun, theta, rel=1e-6):
+    grad = np.empty_like(theta)
+    for p in range(theta.size):
+        h = rel * max(1.0, abs(theta[p]))
+        e = np.zeros_like(theta)
+        e[p] = h
+        grad[p] = (fun(theta + e) - fun(theta - e)) / (2 * h)
+    return grad
+
+
+def _setup(shape, gate, activation, seed, near_bounds=False):
+    rng = np.random.default_rng(seed)
+    H, N, K, D = shape
+    omega, M, a = random_arrays(H, N, K, D, rng)
+    theta = pack(MixingMeasure(omega, M, a))
+    if near_bounds:
+        lower, upper = make_bounds(shape, omega_max=3.0, param_bound=2.5)
+        pick = rng.random(theta.size) < 0.5
+        theta = np.where(pick, lower + 1e-4, upper - 1e-4)
+    X = rng.uniform(-1, 1, size=(BLOCK + 31, D))
+    y = f_ref(omega, M, a, X, gate, activation) + 0.1 * rng.normal(size=len(X))
+    XT = np.ascontiguousarray(X.T)
+    codes = GATE_CODES[gate], ACTIVATION_CODES[activation]
+
+    def value(t):
+        return objective_and_gradient(t, XT, y, H, N, K, D, *codes)[0]
+
+    return theta, X, y, XT, codes, value
+
+
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("shape", [(1, 2, 3, 2), (2, 3, 2, 3)])
+@pytest.mark.parametrize("near_bounds", [False, True])
+def test_gradient_matches_finite_differences(gate, activation, shape, near_bounds):
+    theta, X, y, XT, codes, value = _setup(shape, gate, activation, 7, near_bounds)
+    obj, grad = objective_and_gradient(theta, XT, y, *shape, *codes)
+    # objective is the mean squared residual of the reference model
+    f = f_ref(*_arrays(theta, shape), X, gate, activation)
+    assert obj == pytest.approx(np.mean((f - y) ** 2), rel=1e-12)
+    fd = _fd_gradient(value, theta)
+    scale = np.abs(fd).max()
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6 * scale)
+
+
+def _arrays(theta, shape):
+    G = unpack(theta, shape)
+    return G.omega, G.M, G.a
+
+
+def test_result_independent_of_thread_count():
+    import numba
+
+    shape = (2, 3, 3, 4)
+    rng = np.random.default_rng(3)
+    theta = rng.normal(size=n_params(*shape))
+    XT = np.ascontiguousarray(rng.uniform(-1, 1, size=(4, 50 * BLOCK + 3)))
+    y = rng.normal(size=XT.shape[1])
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        v1, g1 = objective_and_gradient(theta, XT, y, *shape, 2, 0)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        v2, g2 = objective_and_gradient(theta, XT, y, *shape, 2, 0)
+    finally:
+        numba.set_num_threads(old)
+    assert v1 == v2
+    np.testing.assert_array_equal(g1, g2)
+
+
+def test_extreme_inputs_give_finite_output():
+    shape = (1, 3, 2, 2)
+    rng = np.random.default_rng(0)
+    omega, M, a = random_arrays(*shape, rng, scale=50.0)
+    G = MixingMeasure(omega, M, a)
+    X = np.array([[1e6, -1e6], [1e-300, 0.0], [-3e5, 7e5], [0.0, 0.0]])
+    for gate in GATES:
+        out = regression_function(G, X, gate=gate)
+        assert np.all(np.isfinite(out))
+
+
+def test_overflow_is_reported():
+    G = MixingMeasure([[1.0]], np.zeros((1, 2, 2, 2)), np.ones((1, 2, 1, 2)))
+    with pytest.raises(ValueError, match="overflow"):
+        regression_function(G, np.array([[1e308, 1e308]]))
+
+
+def test_empty_input_predict_kernel():
+    out = predict(np.zeros(n_params(1, 2, 1, 2)), np.zeros((2, 0)), 1, 2, 1, 2, 0, 0)
+    assert out.shape == (0,)
