@@ -6,9 +6,9 @@ triangles (see :mod:`hmoe_estim.parameters`). The quadratic forms use the pair p
 before ``exp``: no overflow for any finite input.
 """
 
-import math
-
 from numba import njit
+
+from .vexp import exp_block
 
 _FM = {"reassoc", "contract"}
 
@@ -30,7 +30,7 @@ def pair_products(x, xx, b):
 
 
 @njit(cache=True, fastmath=_FM)
-def gate_block(tri_h, xx, s, g_h, b):
+def gate_block(tri_h, xx, s, g_h, work, b):
     """Softmax gate of one head on a block.
 
     Parameters
@@ -43,6 +43,8 @@ def gate_block(tri_h, xx, s, g_h, b):
         Scratch for the quadratic forms ``xᵀ M[h, i] x``.
     g_h : ndarray (N, B)
         Output: the gate values ``g[h, i]``.
+    work : ndarray (B,)
+        Scratch.
     b : int
         Number of valid samples in the block.
     """
@@ -61,20 +63,18 @@ def gate_block(tri_h, xx, s, g_h, b):
     for t in range(b):
         last[t] = 0.0
     # stable softmax over tokens: subtract the max, exponentiate, normalise
-    den = g_h[N - 1]  # reuse as scratch for the max, filled last
+    mx = work
     for t in range(b):
-        mx = s[0, t]
+        m = s[0, t]
         for i in range(1, N):
-            if s[i, t] > mx:
-                mx = s[i, t]
-        den[t] = mx
-    for i in range(N - 1):
+            m = max(m, s[i, t])
+        mx[t] = m
+    for i in range(N):
         si = s[i]
-        gi = g_h[i]
         for t in range(b):
-            gi[t] = math.exp(si[t] - den[t])
-    for t in range(b):
-        den[t] = math.exp(-den[t])  # token N-1 has s = 0
+            si[t] -= mx[t]
+    for i in range(N):
+        exp_block(s[i], g_h[i], work, b)
     for t in range(b):
         tot = 0.0
         for i in range(N):

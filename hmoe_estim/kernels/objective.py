@@ -37,7 +37,7 @@ GATE_NONE, GATE_VALUE, GATE_SDPA, GATE_OUTPUT = 0, 1, 2, 3
 
 @njit(cache=True, fastmath=_FM)
 def _forward_block(
-    XT, j0, b, omega, tri, a, gate, act, x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo
+    XT, j0, b, omega, tri, a, gate, act, x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo, work
 ):
     """Forward pass on samples ``j0 .. j0+b``; fills the block temporaries and ``f``.
 
@@ -53,7 +53,7 @@ def _forward_block(
     for t in range(b):
         f[t] = 0.0
     for h in range(H):
-        gate_block(tri[h], xx, s, g[h], b)
+        gate_block(tri[h], xx, s, g[h], work, b)
         for i in range(N):
             for k in range(K):
                 zz = z[h, i, k]
@@ -67,7 +67,7 @@ def _forward_block(
         if gate == GATE_VALUE:
             for i in range(N):
                 for k in range(K):
-                    activation_block(act, z[h, i, k], phz[h, i, k], dphz[h, i, k], b)
+                    activation_block(act, z[h, i, k], phz[h, i, k], dphz[h, i, k], work, b)
                     w = omega[h, k]
                     gi = g[h, i]
                     pz = phz[h, i, k]
@@ -83,7 +83,7 @@ def _forward_block(
                     zz = z[h, i, k]
                     for t in range(b):
                         uu[t] += gi[t] * zz[t]
-                activation_block(act, uu, phu[h, k], dphu[h, k], b)
+                activation_block(act, uu, phu[h, k], dphu[h, k], work, b)
                 w = omega[h, k]
                 pu = phu[h, k]
                 for t in range(b):
@@ -99,7 +99,7 @@ def _forward_block(
     if gate == GATE_OUTPUT:
         for t in range(b):
             fm[t] = f[t]
-        activation_block(act, fm, f, dfo, b)
+        activation_block(act, fm, f, dfo, work, b)
 
 
 @njit(cache=True)
@@ -162,6 +162,7 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
         f = np.empty(BLOCK)
         fm = np.empty(BLOCK)
         dfo = np.empty(BLOCK)
+        work = np.empty(BLOCK)
         e = np.empty(BLOCK)
         v = np.empty((N, BLOCK))
         fh = np.empty(BLOCK)
@@ -175,7 +176,7 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
             b = min(BLOCK, n - j0)
             _forward_block(
                 XT, j0, b, omega, tri, a, gate, act,
-                x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo,
+                x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo, work,
             )
             loss = 0.0
             for t in range(b):
@@ -314,12 +315,13 @@ def predict(theta, XT, H, N, K, D, gate, act):
         f = np.empty(BLOCK)
         fm = np.empty(BLOCK)
         dfo = np.empty(BLOCK)
+        work = np.empty(BLOCK)
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             j0 = blk * BLOCK
             b = min(BLOCK, n - j0)
             _forward_block(
                 XT, j0, b, omega, tri, a, gate, act,
-                x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo,
+                x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo, work,
             )
             for t in range(b):
                 out[j0 + t] = f[t]
