@@ -16,7 +16,6 @@ makes the comparison with a raw-coordinate ``true_measure`` meaningless.
 
 import importlib
 import inspect
-import types
 
 import numpy as np
 from sklearn.exceptions import NotFittedError
@@ -34,17 +33,8 @@ _METRICS = ("voronoi_loss", "expert_error", "regression_error")
 
 
 def _metric_function(name):
-    """The metric function ``hmoe_estim.<name>``.
-
-    Looked up through the package (its lazy ``__getattr__``) rather than imported from the
-    ``expert_error`` submodule: a direct submodule import would make the package attribute
-    ``hmoe_estim.expert_error`` the module instead of the function. If the submodule was
-    imported directly elsewhere, the function is taken from it.
-    """
-    obj = getattr(importlib.import_module(__package__), name)
-    if isinstance(obj, types.ModuleType):
-        obj = getattr(obj, name)
-    return obj
+    """The metric function ``hmoe_estim.<name>`` (resolved lazily, at call time)."""
+    return getattr(importlib.import_module(__package__), name)
 _RESERVED = ("gate", "activation", "return_details", "per_expert")
 
 

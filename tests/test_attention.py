@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from reference import f_ref, phi_ref
+from .reference import f_ref, phi_ref
 
 from hmoe_estim import MixingMeasure, regression_function
 from hmoe_estim.attention import attention_to_measure, multihead_attention

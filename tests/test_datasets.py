@@ -4,7 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
-from reference import f_ref
+from .reference import f_ref
 
 from hmoe_estim import MixingMeasure, regression_function
 from hmoe_estim.datasets import make_hmoe_regression, random_measure

@@ -5,10 +5,7 @@ import pytest
 
 from hmoe_estim import MixingMeasure, regression_function
 
-# imported from the submodule: ``hmoe_estim.expert_error`` is also the submodule's name, and once
-# the submodule has been imported directly the package attribute is the module (see the note in
-# docs/_notes/metrics.md)
-from hmoe_estim.expert_error import expert_error, regression_error
+from hmoe_estim.expert_metrics import expert_error, regression_error
 
 from .reference import f_ref, phi_ref, random_arrays
 from .test_voronoi import slow_branches, slow_cells, slow_pair_cost, split_fit, true_measure

@@ -112,7 +112,7 @@ def expert_error(
     --------
     >>> import numpy as np
     >>> from hmoe_estim import MixingMeasure
-    >>> from hmoe_estim.expert_error import expert_error
+    >>> from hmoe_estim.expert_metrics import expert_error
     >>> M = np.zeros((1, 2, 2, 2)); M[0, 0] = np.eye(2)
     >>> G = MixingMeasure([[1.0]], M, np.arange(4.0).reshape(1, 2, 1, 2))
     >>> G_hat = MixingMeasure([[1.0]], M, G.a + 0.1)
@@ -209,7 +209,7 @@ def regression_error(
     --------
     >>> import numpy as np
     >>> from hmoe_estim import MixingMeasure
-    >>> from hmoe_estim.expert_error import regression_error
+    >>> from hmoe_estim.expert_metrics import regression_error
     >>> G = MixingMeasure([[1.0]], np.zeros((1, 2, 2, 2)), np.ones((1, 2, 1, 2)))
     >>> G_hat = MixingMeasure([[1.1]], G.M, G.a)
     >>> round(regression_error(G_hat, G, X_ref=[[1.0, 1.0]]), 6)
