@@ -131,9 +131,17 @@ def _skip_sklearn_members(app, what, name, obj, skip, options):
     return None
 
 
+def _public_bases(app, name, obj, options, bases):
+    """Show the public base class instead of the private preset base of the estimators."""
+    for j, base in enumerate(bases):
+        if getattr(base, "__name__", "").startswith("_") and base.__mro__[1:]:
+            bases[j] = base.__mro__[1]
+
+
 def setup(app):
     app.connect("builder-inited", _run_doc_examples)
     app.connect("autodoc-skip-member", _skip_sklearn_members)
+    app.connect("autodoc-process-bases", _public_bases)
 
 # A role that marks the parts of the theory page that go beyond the paper excerpt.
 rst_prolog = """
