@@ -1,0 +1,249 @@
+"""The ``hmoe-estim`` command: run, resume, scale out and summarise sample-complexity studies.
+
+::
+
+    hmoe-estim reproduce [--quick | --full] [--out OUT] [--n-jobs J]
+                         [--dask-scheduler ADDR | --dask-workers N] [--near-truth]
+    hmoe-estim study CONFIG.toml [--out OUT] [--n-jobs J] [--dask-...]
+    hmoe-estim rates OUT [--eps EPS] [--n-boot B]
+    hmoe-estim plot OUT [--output FILE]
+    hmoe-estim preset NAME            # print a built-in config as TOML, to copy and edit
+
+``reproduce`` runs the built-in study of SPEC §6 (``--quick`` by default; ``--full`` is sized
+like published studies). Every run can be interrupted and resumed by running the same command
+again. User mistakes end with a one-line message on stderr and exit status 2; an interrupted
+run exits with 130.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+from . import __version__
+
+__all__ = ["main", "build_parser"]
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A bad command-line value (reported without a traceback)."""
+
+
+def _add_run_options(p):
+    p.add_argument("--out", metavar="OUT", help="output directory (created; resumable)")
+    p.add_argument("--n-jobs", type=int, default=-1, metavar="J",
+                   help="parallel fits on this machine (-1: all cores; 1: one fit at a time, "
+                        "Numba threads inside it). Default: -1")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--dask-scheduler", metavar="ADDR",
+                   help="run the fits on a Dask cluster (e.g. tcp://host:8786); needs "
+                        "hmoe-estim[dask] here and hmoe-estim on the workers")
+    g.add_argument("--dask-workers", type=int, metavar="N",
+                   help="run the fits on a local Dask cluster of N single-thread workers")
+    p.add_argument("--dask-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to wait for the Dask scheduler (default: 10)")
+    p.add_argument("--near-truth", action="store_true",
+                   help="ORACLE: start the fits near the true measure (as published studies "
+                        "do); labelled in config.json and every result")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
+    p.add_argument("--max-fits", type=int, metavar="K",
+                   help="run at most K of the remaining fits, then stop (to time a slice; "
+                        "rerun to continue)")
+
+
+def build_parser():
+    """The ``argparse`` parser of ``hmoe-estim``."""
+    parser = argparse.ArgumentParser(
+        prog="hmoe-estim",
+        description="Sample-complexity studies of (gated) attention as a hierarchical mixture "
+                    "of experts.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("reproduce", help="run the built-in study (MHA vs G1/G2 separation)",
+                       description="Run the built-in study of SPEC §6: D=3, H*=1, N*=2, K*=2 "
+                                   "fitted with K=3, sigmoid, sigma=0.1, models none/value/sdpa.")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", dest="preset", action="store_const", const="quick",
+                      help="small grid, about 10 minutes on 2 cores (default)")
+    size.add_argument("--full", dest="preset", action="store_const", const="full",
+                      help="n on 1e3..1e5, 20 replications (hours; resumable)")
+    _add_run_options(p)
+
+    p = sub.add_parser("study", help="run or resume a study from a TOML config",
+                       description="Run or resume the study described by CONFIG (TOML, or "
+                                   "the config.json of an existing OUT).")
+    p.add_argument("config", metavar="CONFIG")
+    _add_run_options(p)
+
+    p = sub.add_parser("rates", help="fit power and log laws to the results in OUT",
+                       description="Fit loss ~ c n^b and loss ~ c / log(n)^lambda per model and "
+                                   "metric; write OUT/rates.json and print a table.")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("--eps", type=float, help="target accuracy for the predicted n "
+                                             "(default: half the smallest mean)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
+
+    p = sub.add_parser("plot", help="draw the learning curves of OUT as a PNG")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("--output", metavar="FILE", help="PNG path (default OUT/learning_curves.png)")
+
+    p = sub.add_parser("preset", help="print a built-in study config as TOML")
+    p.add_argument("name", choices=["quick", "full"])
+    return parser
+
+
+def _err(msg):
+    print(f"hmoe-estim: error: {msg}", file=sys.stderr)
+
+
+def _labels(config):
+    return {m.name: m.label for m in config.models}
+
+
+def _summarise(out, config, records, *, eps=None, n_boot=2000, plot=True):
+    from .study import write_rates
+    from .rates import format_rates_table
+
+    rates = write_rates(out, records=records, config=config, eps=eps, n_boot=n_boot)
+    print(format_rates_table(rates, labels=_labels(config)))
+    print(f"\nrates written to {os.path.join(out, 'rates.json')}")
+    if plot:
+        _plot(out, config, records, rates)
+    return rates
+
+
+def _plot(out, config, records, rates, path=None):
+    from .plotting import PlottingError, plot_learning_curves
+
+    path = path or os.path.join(out, "learning_curves.png")
+    title = f"{config.name}: K={config.fit.n_experts} fitted, K*={config.truth.n_experts}, " \
+            f"init={config.fit.init}"
+    try:
+        plot_learning_curves(records, path, rates=rates, labels=_labels(config), title=title)
+    except PlottingError as exc:
+        print(f"hmoe-estim: no plot: {exc}", file=sys.stderr)
+        return None
+    print(f"learning curves drawn in {path}")
+    return path
+
+
+def _run(args, config, default_out):
+    from .study import dask_backend, load_study, run_study
+
+    if args.near_truth and config.fit.init != "near-truth":
+        config = config.with_changes(fit={"init": "near-truth"}, name=config.name + "-near-truth")
+    for w in config.warnings():
+        print(f"hmoe-estim: note: {w}", file=sys.stderr)
+    out = args.out or default_out + ("-near-truth" if args.near_truth else "")
+    if args.n_jobs == 0:
+        raise UsageError("--n-jobs must be a non-zero integer (-1 = all cores).")
+    print(
+        f"hmoe-estim: study {config.name!r}: {len(config.models)} models x "
+        f"{len(config.grid.n)} sample sizes {list(config.grid.n)} x {config.grid.reps} reps = "
+        f"{config.n_fits()} fits; K={config.fit.n_experts} ({config.specification}), "
+        f"init={config.fit.init}, {config.fit.n_starts} starts; output in {out}",
+        file=sys.stderr,
+    )
+    kwargs = dict(progress=not args.no_progress, max_fits=args.max_fits)
+    if args.dask_scheduler or args.dask_workers is not None:
+        with dask_backend(args.dask_scheduler, args.dask_workers, timeout=args.dask_timeout):
+            summary = run_study(config, out, n_jobs=-1, backend_name="dask", **kwargs)
+    else:
+        summary = run_study(config, out, n_jobs=args.n_jobs, **kwargs)
+    from .progress import format_duration
+
+    print(f"hmoe-estim: {summary['n_run']} fits run, {summary['n_skipped']} already done, "
+          f"wall time {format_duration(summary['wall_seconds'])} "
+          f"({summary['wall_seconds']:.0f} s).", file=sys.stderr)
+    config, records = load_study(out)
+    if len(records) < config.n_fits():
+        print(f"hmoe-estim: {len(records)} of {config.n_fits()} fits done; rerun to continue.",
+              file=sys.stderr)
+    try:
+        _summarise(out, config, records, plot=not args.no_plot)
+    except Exception as exc:  # rates of a partial study may be impossible (one n only)
+        from .study import StudyError
+
+        if not isinstance(exc, (ValueError, StudyError)):
+            raise
+        print(f"hmoe-estim: no rates yet: {exc}", file=sys.stderr)
+    return 0
+
+
+def _dispatch(args):
+    from .config import load_config, load_preset
+
+    if args.command == "reproduce":
+        preset = args.preset or "quick"
+        return _run(args, load_preset(preset), f"hmoe-{preset}")
+    if args.command == "study":
+        config = load_config(args.config)
+        return _run(args, config, f"study-{config.name}")
+    if args.command == "rates":
+        from .study import load_study
+
+        if args.n_boot < 1:
+            raise UsageError("--n-boot must be >= 1.")
+        if args.eps is not None and not args.eps > 0:
+            raise UsageError("--eps must be > 0.")
+        config, records = load_study(args.out)
+        _summarise(args.out, config, records, eps=args.eps, n_boot=args.n_boot, plot=False)
+        return 0
+    if args.command == "plot":
+        from .plotting import PlottingError, plot_learning_curves
+        from .rates import rates_from_records
+        from .study import StudyError, load_study
+
+        config, records = load_study(args.out)
+        if not records:
+            raise StudyError(f"{args.out} has no finished fits yet.")
+        rates = rates_from_records(records, random_state=config.seed)
+        path = args.output or os.path.join(args.out, "learning_curves.png")
+        title = f"{config.name}: K={config.fit.n_experts}, K*={config.truth.n_experts}, " \
+                f"init={config.fit.init}"
+        plot_learning_curves(records, path, rates=rates, labels=_labels(config), title=title)
+        print(f"learning curves drawn in {path}")
+        return 0
+    if args.command == "preset":
+        from importlib import resources
+
+        text = resources.files("hmoe_estim").joinpath("presets", f"{args.name}.toml")
+        sys.stdout.write(text.read_text("utf-8"))
+        return 0
+    raise AssertionError(args.command)  # pragma: no cover
+
+
+def main(argv=None):
+    """Entry point of ``hmoe-estim`` (and ``python -m hmoe_estim``); returns the exit status."""
+    from .config import ConfigError
+    from .plotting import PlottingError
+    from .results import ResultsError
+    from .study import StudyError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except (ConfigError, ResultsError, StudyError, PlottingError) as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except UsageError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("\nhmoe-estim: interrupted. Finished fits are saved; run the same command again "
+              "to resume.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
