@@ -32,6 +32,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 import hmoe_estim  # noqa: E402
+from docutils import nodes  # noqa: E402
+from docutils.parsers.rst import Directive  # noqa: E402
 
 # -- project -----------------------------------------------------------------------------------
 project = "hmoe-estim"
@@ -61,6 +63,31 @@ pygments_style = "sphinx"
 nitpicky = False
 
 # -- autodoc / autosummary / numpydoc ----------------------------------------------------------
+#: Submodules with a page of their own in the API reference (see api.rst).
+API_SUBMODULES = ("attention", "initialization", "config", "study", "rates", "plotting")
+
+
+def _module_constants(name):
+    """Names in ``__all__`` of ``hmoe_estim.<name>`` that are data (not classes or functions).
+
+    autosummary only lists module attributes that carry a doc-comment; the module template
+    documents these constants with ``autodata`` on the module's page instead.
+    """
+    import importlib
+    import inspect
+
+    module = importlib.import_module(f"hmoe_estim.{name}")
+    return [
+        item
+        for item in getattr(module, "__all__", [])
+        if not (inspect.isclass(getattr(module, item)) or callable(getattr(module, item))
+                or inspect.ismodule(getattr(module, item)))
+    ]
+
+
+autosummary_context = {
+    "module_constants": {f"hmoe_estim.{m}": _module_constants(m) for m in API_SUBMODULES}
+}
 autosummary_generate = True
 autosummary_imported_members = False
 autosummary_ignore_module_all = False
@@ -138,10 +165,47 @@ def _public_bases(app, name, obj, options, bases):
             bases[j] = base.__mro__[1]
 
 
+def _drop_type_docstring(app, what, name, obj, options, lines):
+    """A constant without a doc-comment would show the docstring of its type (``str``...)."""
+    import inspect
+
+    if what in ("data", "attribute") and lines and not inspect.isclass(obj):
+        type_doc = inspect.getdoc(type(obj)) or ""
+        if type_doc and "\n".join(lines).strip() == type_doc.strip():
+            lines.clear()
+
+
+class CommandHelp(Directive):
+    """``.. command-help:: [SUBCOMMAND]`` — the ``--help`` text of ``hmoe-estim`` as a literal block.
+
+    Generated from :func:`hmoe_estim.cli.build_parser` at build time, so the page cannot drift
+    from the code.
+    """
+
+    optional_arguments = 1
+
+    def run(self):
+        import argparse
+
+        from hmoe_estim.cli import build_parser
+
+        os.environ["COLUMNS"] = "92"  # argparse wraps to the terminal width
+        parser = build_parser()
+        if self.arguments:
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            parser = sub.choices[self.arguments[0]]
+        text = parser.format_help()
+        node = nodes.literal_block(text, text)
+        node["language"] = "none"
+        return [node]
+
+
 def setup(app):
+    app.add_directive("command-help", CommandHelp)
     app.connect("builder-inited", _run_doc_examples)
     app.connect("autodoc-skip-member", _skip_sklearn_members)
     app.connect("autodoc-process-bases", _public_bases)
+    app.connect("autodoc-process-docstring", _drop_type_docstring, priority=100)
 
 # A role that marks the parts of the theory page that go beyond the paper excerpt.
 rst_prolog = """
