@@ -200,8 +200,35 @@ class CommandHelp(Directive):
         return [node]
 
 
+def _resolve_aliases(app, env, node, contnode):
+    """Resolve references to a public name by the path of the submodule that defines it.
+
+    Docstrings say ``hmoe_estim.datasets.random_measure`` or just ``MixingMeasure``; the API
+    reference documents ``hmoe_estim.random_measure`` and ``hmoe_estim.MixingMeasure``.
+    """
+    if node.get("refdomain") != "py":
+        return None
+    target = node.get("reftarget", "")
+    short = target.rsplit(".", 1)[-1]
+    module = node.get("py:module") or ""
+    candidates = [f"hmoe_estim.{short}"]
+    if module:
+        candidates.append(f"{module}.{target}")
+    # e.g. VoronoiDetails -> hmoe_estim.voronoi.VoronoiDetails,
+    # ModelSpec.key inside hmoe_estim.study -> hmoe_estim.config.ModelSpec.key
+    for sub in API_SUBMODULES + ("voronoi", "scorers"):
+        candidates.append(f"hmoe_estim.{sub}.{target}")
+    py = env.get_domain("py")
+    for candidate in candidates:
+        if candidate != target and candidate in py.objects:
+            return py.resolve_xref(env, node["refdoc"], app.builder, node["reftype"],
+                                   candidate, node, contnode)
+    return None
+
+
 def setup(app):
     app.add_directive("command-help", CommandHelp)
+    app.connect("missing-reference", _resolve_aliases)
     app.connect("builder-inited", _run_doc_examples)
     app.connect("autodoc-skip-member", _skip_sklearn_members)
     app.connect("autodoc-process-bases", _public_bases)
