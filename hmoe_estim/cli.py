@@ -71,9 +71,9 @@ def build_parser():
                                    "fitted with K=3, sigmoid, sigma=0.1, models none/value/sdpa.")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                      help="small grid, about 10 minutes on 2 cores (default)")
+                      help="5 sample sizes x 8 replications, a few minutes on 2 cores (default)")
     size.add_argument("--full", dest="preset", action="store_const", const="full",
-                      help="n on 1e3..1e5, 20 replications (hours; resumable)")
+                      help="9 sample sizes x 30 replications (resumable)")
     _add_run_options(p)
 
     p = sub.add_parser("study", help="run or resume a study from a TOML config",
@@ -108,11 +108,13 @@ def _labels(config):
 
 
 def _summarise(out, config, records, *, eps=None, n_boot=2000, plot=True):
-    from .study import write_rates
     from .rates import format_rates_table
+    from .study import fit_diagnostics, format_diagnostics, write_rates
 
     rates = write_rates(out, records=records, config=config, eps=eps, n_boot=n_boot)
     print(format_rates_table(rates, labels=_labels(config)))
+    print()
+    print(format_diagnostics(fit_diagnostics(records), labels=_labels(config)))
     print(f"\nrates written to {os.path.join(out, 'rates.json')}")
     if plot:
         _plot(out, config, records, rates)

@@ -70,6 +70,8 @@ __all__ = [
     "run_study",
     "load_study",
     "write_rates",
+    "fit_diagnostics",
+    "format_diagnostics",
     "dask_backend",
     "CONFIG_FILE",
     "TRUTH_FILE",
@@ -216,6 +218,7 @@ def _fit_one(config, truth, model, n, rep, seed):
     from .estimator import HMoERegressor
     from .expert_metrics import expert_error, regression_error
     from .initialization import split_heaviest_channel
+    from .regression import regression_function
     from .voronoi import voronoi_loss
 
     fit = config.fit
@@ -251,6 +254,10 @@ def _fit_one(config, truth, model, n, rep, seed):
     fit_seconds = time.perf_counter() - t0
 
     t1 = time.perf_counter()
+    # objective of G* itself on the same data: with K >= K* the truth lies in the fitted class,
+    # so a fit whose objective is above it certainly missed the least-squares optimum
+    truth_objective = float(np.mean(
+        (regression_function(truth, X, gate=model.gate, activation=model.activation) - y) ** 2))
     X_ref = reference_sample_for(config)
     r = config.metrics.r or None
     G = est.measure_
@@ -289,6 +296,9 @@ def _fit_one(config, truth, model, n, rep, seed):
         "n_iter": int(est.n_iter_),
         "start_n_iter": [int(v) for v in est.start_n_iter_],
         "split_objective": split_objective,
+        "truth_objective": truth_objective,
+        "objective_gap": float(est.objective_) - truth_objective,
+        "worse_than_truth": bool(est.objective_ > truth_objective and K >= truth.n_experts),
         "measure": G.to_dict(),
     }
     record["metric_seconds"] = time.perf_counter() - t1
@@ -635,6 +645,7 @@ def run_study(config, out, *, n_jobs=-1, backend_name=None, progress=True, strea
             "fits_failed": len(failures),
             "fits_skipped": n_skipped,
             "cpus": _n_cpus(),
+            "load_average_end": list(os.getloadavg()),
             "host": socket.gethostname(),
             "python": platform.python_version(),
             "hmoe_estim_version": __version__,
@@ -653,6 +664,47 @@ def run_study(config, out, *, n_jobs=-1, backend_name=None, progress=True, strea
             f"them.\n{tb}"
         )
     return summary
+
+
+def fit_diagnostics(records):
+    """Per model: fits, converged share, share of fits worse than ``G*`` on their own data,
+    median fit seconds and mean weight of extra atoms.
+
+    ``worse_than_truth`` (objective above the true measure's objective on the same data, with
+    ``K >= K*``) certainly marks a fit that missed the least-squares optimum — a local optimum
+    of the multi-start search, not a statistical effect.
+    """
+    out = {}
+    for rec in records:
+        out.setdefault(rec["model"], []).append(rec)
+    table = {}
+    for model, recs in out.items():
+        worse = [r.get("worse_than_truth") for r in recs if r.get("worse_than_truth") is not None]
+        table[model] = {
+            "fits": len(recs),
+            "converged": float(np.mean([bool(r["converged"]) for r in recs])),
+            "worse_than_truth": float(np.mean(worse)) if worse else None,
+            "median_fit_seconds": float(np.median([r["fit_seconds"] for r in recs])),
+            "total_fit_seconds": float(np.sum([r["fit_seconds"] for r in recs])),
+            "mean_extra_weight": float(np.mean([r.get("extra_weight", 0.0) for r in recs])),
+        }
+    return table
+
+
+def format_diagnostics(table, labels=None):
+    """Plain-text table of :func:`fit_diagnostics`."""
+    head = (f"{'model':<12} {'fits':>5} {'converged':>10} {'worse than G*':>14} "
+            f"{'median fit s':>13} {'total fit s':>12} {'extra weight':>13}")
+    lines = [head, "-" * len(head)]
+    for model, d in table.items():
+        name = labels.get(model, model) if labels else model
+        worse = "-" if d["worse_than_truth"] is None else f"{100 * d['worse_than_truth']:.0f}%"
+        lines.append(
+            f"{name:<12} {d['fits']:>5} {100 * d['converged']:>9.0f}% {worse:>14} "
+            f"{d['median_fit_seconds']:>13.2f} {d['total_fit_seconds']:>12.1f} "
+            f"{d['mean_extra_weight']:>13.3f}"
+        )
+    return "\n".join(lines)
 
 
 def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metrics=None,
