@@ -227,9 +227,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 omega_max=self.omega_max, param_bound=self.param_bound,
             )
             starts.append(np.clip(pack(m), lower, upper))
-        XT = np.ascontiguousarray(X.T)
+        # writable C-contiguous copies: Numba compiles a separate specialisation for read-only
+        # arrays (a memory-mapped X would otherwise cost a fresh compilation)
+        XT = np.require(X.T, requirements=["C", "W"])
+        y = np.require(y, requirements=["C", "W"])
         results = run_starts(
-            starts, XT, np.ascontiguousarray(y), shape, self.gate, self.activation,
+            starts, XT, y, shape, self.gate, self.activation,
             (lower, upper), max_iter=self.max_iter, tol=self.tol,
             n_jobs=self.n_jobs, verbose=self.verbose,
         )

@@ -33,7 +33,7 @@ def check_inputs(X, n_features, *, name="X"):
 def evaluate(theta, X, shape, gate, activation):
     """``f_theta(X)`` from a packed ``theta``; raises if the result overflows."""
     H, N, K, D = shape
-    XT = np.ascontiguousarray(X.T)
+    XT = np.require(X.T, requirements=["C", "W"])  # one Numba specialisation, never read-only
     out = _predict_kernel(
         theta, XT, H, N, K, D, GATE_CODES[gate], ACTIVATION_CODES[activation]
     )
