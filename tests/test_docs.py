@@ -7,7 +7,8 @@ Runs, each in a subprocess, into a temporary directory:
   blocks of the pages (same doctree cache as the HTML build, so the pages are read once);
 * ``python -m pytest --doctest-modules hmoe_estim`` — the ``Examples`` sections of the
   docstrings;
-* every ``docs/examples/plot_*.py`` with ``--out <tmp>`` — the figure scripts.
+* every ``docs/examples/plot_*.py`` with ``--out <tmp> --quick`` — the figure scripts, at
+  small sizes (the committed figures come from full-size runs).
 
 Needs the ``docs`` extra (sphinx, numpydoc, matplotlib).
 """
@@ -24,7 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
 #: Submodules whose public names (their ``__all__``) must each have an API page.
-DOCUMENTED_MODULES = ("attention", "initialization", "config", "study", "rates", "plotting")
+DOCUMENTED_MODULES = (
+    "attention", "initialization", "config", "study", "results", "rates", "plotting",
+)
 #: Top-level names documented on the API page itself rather than on a generated page.
 CONSTANTS = ("GATES", "ACTIVATIONS", "__version__")
 
@@ -148,7 +151,7 @@ def test_docstring_examples():
 @pytest.mark.parametrize("script", sorted(p.name for p in (DOCS / "examples").glob("plot_*.py")))
 def test_doc_example_script_makes_its_figure(script, tmp_path):
     pytest.importorskip("matplotlib")
-    code, out = _run([str(DOCS / "examples" / script), "--out", str(tmp_path)])
+    code, out = _run([str(DOCS / "examples" / script), "--out", str(tmp_path), "--quick"])
     assert code == 0, f"{script} failed:\n{out}"
     png = tmp_path / (Path(script).stem + ".png")
     assert png.is_file() and png.stat().st_size > 10_000, f"{script} wrote no figure"

@@ -41,28 +41,31 @@ NOISE = 0.1
 KS = [1, 2, 3, 4]
 
 
-def main(out):
+def main(out, quick=False):
+    # --quick (used by the tests): smaller data and fewer iterations, same figure layout
+    n_samples, n_starts, max_iter, folds = (400, 1, 60, 2) if quick else (1500, 4, 2000, 3)
+    ks = KS[:2] if quick else KS
     G_star = random_measure(n_heads=1, n_tokens=2, n_experts=2, n_features=3, random_state=0)
     fig, (ax_mse, ax_vor) = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
     for est, gate, label, color in [
         (MHARegressor, "none", "MHA (no gate)", "C0"),
         (G2Regressor, "value", "G2 (value gate)", "C3"),
     ]:
-        X, y = make_hmoe_regression(1500, measure=G_star, gate=gate, noise=NOISE, random_state=1)
+        X, y = make_hmoe_regression(n_samples, measure=G_star, gate=gate, noise=NOISE, random_state=1)
         search = GridSearchCV(
-            est(n_tokens=2, n_starts=4, max_iter=2000, random_state=0),
-            {"n_experts": KS},
+            est(n_tokens=2, n_starts=n_starts, max_iter=max_iter, random_state=0),
+            {"n_experts": ks},
             scoring={"mse": "neg_mean_squared_error", "voronoi": make_voronoi_scorer(G_star)},
             refit="mse",
-            cv=KFold(3, shuffle=True, random_state=0),
+            cv=KFold(folds, shuffle=True, random_state=0),
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             search.fit(X, y)
         mse = -search.cv_results_["mean_test_mse"]
         vor = -search.cv_results_["mean_test_voronoi"]
-        ax_mse.plot(KS, mse, "o-", color=color, label=label)
-        ax_vor.plot(KS, vor, "o-", color=color, label=label)
+        ax_mse.plot(ks, mse, "o-", color=color, label=label)
+        ax_vor.plot(ks, vor, "o-", color=color, label=label)
         print(f"{label:>16}: CV MSE {np.round(mse, 5)}, Voronoi L2 {np.round(vor, 2)}, "
               f"best K by MSE = {search.best_params_['n_experts']}")
     ax_mse.axhline(NOISE**2, color="0.6", ls=":", label=r"noise level $\sigma^2$")
@@ -83,4 +86,6 @@ def main(out):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).parent.parent / "_static" / "examples")
-    main(parser.parse_args().out)
+    parser.add_argument("--quick", action="store_true", help="small sizes (for the tests)")
+    args = parser.parse_args()
+    main(args.out, quick=args.quick)
