@@ -1,0 +1,85 @@
+"""Smoke tests of the benchmark scripts (no timing assertions).
+
+- ``benchmarks/bench_kernels.py --quick`` runs on a tiny problem in a subprocess with whatever
+  peers are installed (without torch/jax it still compares the Numba kernel with NumPy), exits
+  0 and prints its table;
+- the NumPy peer, which the benchmark checks the kernel against, is itself checked against
+  independent evaluations: its objective against the loop-by-loop ``f_ref`` of
+  ``tests/reference.py`` and its gradient against central finite differences.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from .reference import f_ref
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "benchmarks")
+
+
+@pytest.fixture(scope="module")
+def peers():
+    sys.path.insert(0, BENCH)
+    try:
+        import peers as module
+    finally:
+        sys.path.remove(BENCH)
+    return module
+
+
+def test_bench_kernels_quick_runs():
+    cmd = [sys.executable, os.path.join(BENCH, "bench_kernels.py"), "--quick", "--sizes",
+           "300", "--no-wait", "--threads", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert "hmoe ms" in out and "numpy/hmoe" in out, out
+    for gate in ("none", "value", "sdpa"):
+        assert f" {gate} " in out, out
+    assert "Ratios (peer time / hmoe time)" in out, out
+
+
+def _unpack(theta, shape):
+    H, N, K, D = shape
+    T = D * (D + 1) // 2
+    o1, o2 = H * K, H * K + H * (N - 1) * T
+    omega = theta[:o1].reshape(H, K)
+    M = np.zeros((H, N, D, D))
+    p, q = np.triu_indices(D)
+    tri = theta[o1:o2].reshape(H, N - 1, T)
+    M[:, : N - 1, p, q] = tri
+    M[:, : N - 1, q, p] = tri
+    return omega, M, theta[o2:].reshape(H, N, K, D)
+
+
+@pytest.mark.parametrize("gate", ["none", "value", "sdpa", "output"])
+@pytest.mark.parametrize("activation", ["sigmoid", "tanh"])
+def test_numpy_peer_matches_reference(peers, gate, activation):
+    shape = (2, 3, 2, 3)
+    X, y, theta = peers.make_case(shape, 40, seed=4)
+    fg = peers.make_numpy(X, y, shape, gate, activation)
+    value, grad = fg(theta)
+    omega, M, a = _unpack(theta, shape)
+    expected = np.mean((f_ref(omega, M, a, X, gate=gate, activation=activation) - y) ** 2)
+    assert value == pytest.approx(expected, rel=1e-12)
+    h = 1e-6
+    fd = np.empty_like(theta)
+    for j in range(theta.size):
+        e = np.zeros_like(theta)
+        e[j] = h
+        fd[j] = (fg(theta + e)[0] - fg(theta - e)[0]) / (2 * h)
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8 * np.max(np.abs(fd)))
+
+
+def test_peer_registry(peers):
+    ok, skipped = peers.available_peers()
+    assert "numpy" in ok
+    assert set(ok) | set(skipped) == set(peers.PEER_NAMES)
+    with pytest.raises(ValueError, match="Unknown implementation"):
+        peers.make_peer("fortran", np.zeros((2, 2)), np.zeros(2), (1, 2, 1, 2))
+    with pytest.raises(ValueError, match="Unknown gate"):
+        peers.make_numpy(np.zeros((2, 2)), np.zeros(2), (1, 2, 1, 2), gate="dense")
