@@ -62,23 +62,32 @@ def gate_block(tri_h, xx, s, g_h, work, b):
     last = s[N - 1]
     for t in range(b):
         last[t] = 0.0
-    # stable softmax over tokens: subtract the max, exponentiate, normalise
+    # stable softmax over tokens: subtract the max, exponentiate, normalise. Every loop runs
+    # over the block innermost, so that it vectorises across samples.
     mx = work
     for t in range(b):
-        m = s[0, t]
-        for i in range(1, N):
-            m = max(m, s[i, t])
-        mx[t] = m
+        mx[t] = s[0, t]
+    for i in range(1, N):
+        si = s[i]
+        for t in range(b):
+            mx[t] = max(mx[t], si[t])
     for i in range(N):
         si = s[i]
         for t in range(b):
             si[t] -= mx[t]
     for i in range(N):
         exp_block(s[i], g_h[i], work, b)
+    tot = work
+    g0 = g_h[0]
     for t in range(b):
-        tot = 0.0
-        for i in range(N):
-            tot += g_h[i, t]
-        inv = 1.0 / tot
-        for i in range(N):
-            g_h[i, t] *= inv
+        tot[t] = g0[t]
+    for i in range(1, N):
+        gi = g_h[i]
+        for t in range(b):
+            tot[t] += gi[t]
+    for t in range(b):
+        tot[t] = 1.0 / tot[t]
+    for i in range(N):
+        gi = g_h[i]
+        for t in range(b):
+            gi[t] *= tot[t]
