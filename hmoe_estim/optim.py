@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from joblib import Parallel, delayed
 from scipy.optimize import minimize
+from threadpoolctl import threadpool_limits
 
 from ._names import ACTIVATION_CODES, GATE_CODES
 
@@ -41,14 +42,19 @@ def _run_one(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol
     def fun(theta):
         return objective_and_gradient(theta, XT, y, H, N, K, D, g, act)
 
-    res = minimize(
-        fun,
-        theta0,
-        jac=True,
-        method="L-BFGS-B",
-        bounds=list(zip(lower, upper)),
-        options={"maxiter": max_iter, "ftol": tol, "gtol": tol, "maxfun": max(15000, 3 * max_iter)},
-    )
+    # L-BFGS-B's own linear algebra is tiny; a multi-threaded BLAS only spins threads that
+    # steal the cores of the Numba kernel (measured: setulb 1.5 ms/call instead of ~10 µs).
+    with threadpool_limits(limits=1, user_api="blas"):
+        res = minimize(
+            fun,
+            theta0,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=list(zip(lower, upper)),
+            options={
+                "maxiter": max_iter, "ftol": tol, "gtol": tol, "maxfun": max(15000, 3 * max_iter)
+            },
+        )
     value = float(res.fun)
     if not np.isfinite(value):
         value = np.inf
