@@ -137,7 +137,7 @@ def _plot(out, config, records, rates, path=None):
 
 
 def _run(args, config, default_out):
-    from .study import dask_backend, load_study, run_study
+    from .study import dask_backend, load_study, run_study, sort_records
 
     if args.near_truth and config.fit.init != "near-truth":
         config = config.with_changes(fit={"init": "near-truth"}, name=config.name + "-near-truth")
@@ -165,6 +165,7 @@ def _run(args, config, default_out):
           f"wall time {format_duration(summary['wall_seconds'])} "
           f"({summary['wall_seconds']:.0f} s).", file=sys.stderr)
     config, records = load_study(out)
+    records = sort_records(config, records)
     if len(records) < config.n_fits():
         print(f"hmoe-estim: {len(records)} of {config.n_fits()} fits done; rerun to continue.",
               file=sys.stderr)
@@ -203,7 +204,10 @@ def _dispatch(args):
         from .rates import rates_from_records
         from .study import StudyError, load_study
 
+        from .study import sort_records
+
         config, records = load_study(args.out)
+        records = sort_records(config, records)
         if not records:
             raise StudyError(f"{args.out} has no finished fits yet.")
         rates = rates_from_records(records, random_state=config.seed)

@@ -301,7 +301,10 @@ def rates_from_records(records, *, metrics=RATE_METRICS, eps=None, n_boot=2000, 
     ----------
     records : iterable of dict
         Study results (``results.jsonl`` lines): each has ``model``, ``n`` and the metrics.
-        Records whose metric is missing, None or not finite are skipped (and counted).
+        Records whose metric is missing, None or not finite are skipped (and counted). The
+        bootstrap depends on the order of the replications inside each ``n``: pass the records
+        in a canonical order (:func:`hmoe_estim.study.sort_records`) for results that do not
+        depend on the order in which fits finished.
     metrics : sequence of str, default=RATE_METRICS
     eps : float, dict or None, default=None
         Target accuracy; a dict maps metric -> ε. None: half the smallest average.
