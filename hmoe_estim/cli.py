@@ -220,6 +220,7 @@ def _dispatch(args):
     if args.command == "preset":
         from importlib import resources
 
+        load_preset(args.name)  # clear error if the file is missing or invalid
         text = resources.files("hmoe_estim").joinpath("presets", f"{args.name}.toml")
         sys.stdout.write(text.read_text("utf-8"))
         return 0

@@ -618,5 +618,11 @@ def load_preset(name):
     """The built-in study ``name`` (one of :data:`PRESETS`) as a :class:`StudyConfig`."""
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {list(PRESETS)}.")
-    text = resources.files("hmoe_estim").joinpath("presets", f"{name}.toml").read_text("utf-8")
+    try:
+        text = resources.files("hmoe_estim").joinpath("presets", f"{name}.toml").read_text("utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"the preset file presets/{name}.toml is missing from this installation ({exc}); "
+            "reinstall hmoe-estim."
+        ) from None
     return StudyConfig.from_dict(tomllib.loads(text))
