@@ -17,6 +17,11 @@ from ._names import ACTIVATION_CODES, GATE_CODES
 
 __all__ = ["StartResult", "run_starts"]
 
+#: Below this many samples the kernels run on one thread: waking a second thread costs more
+#: than it saves (benchmarks/bench_scaling.py: 2 threads are 2x slower at n = 1e3, 1.1-1.4x
+#: faster at 1e4, 1.9x at 1e5).
+SERIAL_BELOW = 5000
+
 
 @dataclass
 class StartResult:
@@ -30,12 +35,22 @@ class StartResult:
 
 
 def _run_one(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol, n_threads):
+    import numba
+
+    previous = numba.get_num_threads()
+    threads = previous if n_threads is None else n_threads
+    if XT.shape[1] < SERIAL_BELOW:
+        threads = 1
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        return _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol)
+    finally:
+        numba.set_num_threads(previous)
+
+
+def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol):
     from .kernels.objective import objective_and_gradient
 
-    if n_threads is not None:
-        import numba
-
-        numba.set_num_threads(max(1, min(n_threads, numba.config.NUMBA_NUM_THREADS)))
     H, N, K, D = shape
     g, act = GATE_CODES[gate], ACTIVATION_CODES[activation]
 
