@@ -103,6 +103,19 @@ def _forward_block(
 
 
 @njit(cache=True)
+def _block_temporaries(H, N, K, D):
+    """Per-block scratch of the forward pass: x (D,B), xx (T,B), s (N,B), g (H,N,B),
+    z/φ(z)/φ'(z) (H,N,K,B), u/φ(u)/φ'(u) (H,K,B), f, f_MHA, φ'(f_MHA), work (B,)."""
+    T = D * (D + 1) // 2
+    return (
+        np.empty((D, BLOCK)), np.empty((T, BLOCK)), np.empty((N, BLOCK)), np.empty((H, N, BLOCK)),
+        np.empty((H, N, K, BLOCK)), np.empty((H, N, K, BLOCK)), np.empty((H, N, K, BLOCK)),
+        np.empty((H, K, BLOCK)), np.empty((H, K, BLOCK)), np.empty((H, K, BLOCK)),
+        np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK),
+    )
+
+
+@njit(cache=True)
 def _unpack(theta, H, N, K, D):
     T = D * (D + 1) // 2
     o1 = H * K
@@ -149,20 +162,7 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
     partial = np.zeros((nchunks, P + 1))
     scale = 2.0 / n
     for c in prange(nchunks):
-        x = np.empty((D, BLOCK))
-        xx = np.empty((T, BLOCK))
-        s = np.empty((N, BLOCK))
-        g = np.empty((H, N, BLOCK))
-        z = np.empty((H, N, K, BLOCK))
-        phz = np.empty((H, N, K, BLOCK))
-        dphz = np.empty((H, N, K, BLOCK))
-        u = np.empty((H, K, BLOCK))
-        phu = np.empty((H, K, BLOCK))
-        dphu = np.empty((H, K, BLOCK))
-        f = np.empty(BLOCK)
-        fm = np.empty(BLOCK)
-        dfo = np.empty(BLOCK)
-        work = np.empty(BLOCK)
+        x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo, work = _block_temporaries(H, N, K, D)
         e = np.empty(BLOCK)
         v = np.empty((N, BLOCK))
         fh = np.empty(BLOCK)
@@ -297,25 +297,11 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
 def predict(theta, XT, H, N, K, D, gate, act):
     """``f_theta(x_j)`` for every column of ``XT`` (shape (D, n))."""
     n = XT.shape[1]
-    T = D * (D + 1) // 2
     omega, tri, a, o1, o2 = _unpack(theta, H, N, K, D)
     nblocks, nchunks = _chunks(n)
     out = np.empty(n)
     for c in prange(nchunks):
-        x = np.empty((D, BLOCK))
-        xx = np.empty((T, BLOCK))
-        s = np.empty((N, BLOCK))
-        g = np.empty((H, N, BLOCK))
-        z = np.empty((H, N, K, BLOCK))
-        phz = np.empty((H, N, K, BLOCK))
-        dphz = np.empty((H, N, K, BLOCK))
-        u = np.empty((H, K, BLOCK))
-        phu = np.empty((H, K, BLOCK))
-        dphu = np.empty((H, K, BLOCK))
-        f = np.empty(BLOCK)
-        fm = np.empty(BLOCK)
-        dfo = np.empty(BLOCK)
-        work = np.empty(BLOCK)
+        x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo, work = _block_temporaries(H, N, K, D)
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             j0 = blk * BLOCK
             b = min(BLOCK, n - j0)
