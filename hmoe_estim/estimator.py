@@ -296,7 +296,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
 
 
 class _PresetRegressor(HMoERegressor):
-    """An :class:`HMoERegressor` whose gate position is fixed by the class."""
+    """An :class:`HMoERegressor` whose gate position is fixed by the class.
+
+    scikit-learn reads an estimator's parameters from its ``__init__`` signature and forbids
+    setting anything else there, so the presets repeat :class:`HMoERegressor`'s signature
+    without ``gate`` (a class attribute) rather than forwarding to it.
+    """
 
     gate = "none"
 
