@@ -70,7 +70,7 @@ def run_snippet(code, env=None, threads=2):
     if WAIT:
         from _common import wait_for_quiet
 
-        wait_for_quiet(max_wait=60)
+        wait_for_quiet(max_wait=10, verbose=False)
 
     full_env = dict(os.environ if env is None else env)
     full_env.setdefault("NUMBA_NUM_THREADS", str(threads))
