@@ -31,6 +31,13 @@ from .gate import gate_block, pair_products
 BLOCK = 128
 MAX_CHUNKS = 64
 _FM = {"reassoc", "contract"}
+# Only the explicit ``prange`` over chunks is parallel: with ``parallel=True`` Numba would also
+# turn the ``np.zeros`` of the partial sums into parallel regions, each of which wakes the
+# sleeping worker threads (~80 µs apiece with OMP_WAIT_POLICY=PASSIVE).
+_PARALLEL = {
+    "prange": True, "numpy": False, "reduction": False, "setitem": False, "stencil": False,
+    "comprehension": False, "fusion": False, "inplace_binop": False,
+}
 
 GATE_NONE, GATE_VALUE, GATE_SDPA, GATE_OUTPUT = 0, 1, 2, 3
 
@@ -133,7 +140,7 @@ def _chunks(n):
     return nblocks, nchunks
 
 
-@njit(cache=True, parallel=True, fastmath=_FM)
+@njit(cache=True, parallel=_PARALLEL, fastmath=_FM)
 def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
     """Mean squared error of the HMoE ``theta`` on ``(XT.T, y)`` and its gradient.
 
@@ -293,7 +300,7 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
     return total[P] / n, total[:P].copy()
 
 
-@njit(cache=True, parallel=True, fastmath=_FM)
+@njit(cache=True, parallel=_PARALLEL, fastmath=_FM)
 def predict(theta, XT, H, N, K, D, gate, act):
     """``f_theta(x_j)`` for every column of ``XT`` (shape (D, n))."""
     n = XT.shape[1]
