@@ -8,6 +8,7 @@ before ``exp``: no overflow for any finite input.
 
 from numba import njit
 
+from .rows import combine_rows
 from .vexp import exp_block
 
 _FM = {"reassoc", "contract"}
@@ -49,16 +50,8 @@ def gate_block(tri_h, xx, s, g_h, work, b):
         Number of valid samples in the block.
     """
     N = s.shape[0]
-    T = xx.shape[0]
     for i in range(N - 1):
-        si = s[i]
-        for t in range(b):
-            si[t] = 0.0
-        for pq in range(T):
-            m = tri_h[i, pq]
-            xq = xx[pq]
-            for t in range(b):
-                si[t] += m * xq[t]
+        combine_rows(tri_h[i], xx, s[i], b)
     last = s[N - 1]
     for t in range(b):
         last[t] = 0.0

@@ -27,6 +27,7 @@ from numba import njit, prange
 
 from .activations import activation_block
 from .gate import gate_block, pair_products
+from .rows import combine_rows
 
 BLOCK = 128
 MAX_CHUNKS = 64
@@ -63,14 +64,7 @@ def _forward_block(
         gate_block(tri[h], xx, s, g[h], work, b)
         for i in range(N):
             for k in range(K):
-                zz = z[h, i, k]
-                for t in range(b):
-                    zz[t] = 0.0
-                for d in range(D):
-                    adv = a[h, i, k, d]
-                    xd = x[d]
-                    for t in range(b):
-                        zz[t] += adv * xd[t]
+                combine_rows(a[h, i, k], x, z[h, i, k], b)
         if gate == GATE_VALUE:
             for i in range(N):
                 for k in range(K):
