@@ -14,7 +14,8 @@ and given to every contender:
 The loop is the estimator's: ``scipy.optimize.minimize(method="L-BFGS-B", jac=True)`` from
 ``np.clip(pack(start), lower, upper)`` with the bounds of
 :func:`hmoe_estim.parameters.make_bounds` and the options ``maxiter``, ``ftol = gtol = tol``,
-``maxfun = max(15000, 3 maxiter)``. Reported: wall time of all starts, L-BFGS iterations and
+``maxfun = max(15000, 3 maxiter)``, with the BLAS inside SciPy limited to one thread (as the
+estimator does; the NumPy peer's own BLAS keeps its threads). Reported: wall time of all starts, L-BFGS iterations and
 objective+gradient evaluations summed over starts, wall time per evaluation, best final
 objective. Float round-off differs between implementations and L-BFGS-B amplifies it on a
 non-convex loss, so the iteration counts and optima can differ slightly between contenders;
@@ -57,6 +58,37 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+def _scipy_blas_single_thread():
+    """Context: SciPy's own BLAS on one thread, every other library left alone.
+
+    L-BFGS-B's linear algebra is tiny, and idle threads of a multi-threaded BLAS spin and take
+    the cores of whatever computes the objective (the estimator limits BLAS the same way).
+    Only the BLAS shipped inside SciPy is limited, so that the NumPy peer keeps its threads.
+    """
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            yield
+            return
+        libs = [c for c in ThreadpoolController().lib_controllers
+                if c.user_api == "blas" and "scipy" in os.path.basename(
+                    os.path.dirname(c.filepath))]
+        saved = [c.num_threads for c in libs]
+        for c in libs:
+            c.set_num_threads(1)
+        try:
+            yield
+        finally:
+            for c, n in zip(libs, saved):
+                c.set_num_threads(n)
+
+    return ctx()
+
+
 def scipy_fit(fg, starts, lower, upper, max_iter, tol):
     """The estimator's L-BFGS-B loop over ``starts``; returns a summary dict."""
     import numpy as np
@@ -72,9 +104,10 @@ def scipy_fit(fg, starts, lower, upper, max_iter, tol):
             nfev[0] += 1
             return fg(theta)
 
-        res = minimize(fun, theta0, jac=True, method="L-BFGS-B", bounds=bounds,
-                       options={"maxiter": max_iter, "ftol": tol, "gtol": tol,
-                                "maxfun": max(15000, 3 * max_iter)})
+        with _scipy_blas_single_thread():
+            res = minimize(fun, theta0, jac=True, method="L-BFGS-B", bounds=bounds,
+                           options={"maxiter": max_iter, "ftol": tol, "gtol": tol,
+                                    "maxfun": max(15000, 3 * max_iter)})
         per_start.append({"objective": float(res.fun), "n_iter": int(res.nit),
                           "nfev": nfev[0], "converged": bool(res.success)})
     wall = time.perf_counter() - t0
