@@ -65,16 +65,7 @@ def _forward_block(
         for i in range(N):
             for k in range(K):
                 combine_rows(a[h, i, k], x, z[h, i, k], b)
-        if gate == GATE_VALUE:
-            for i in range(N):
-                for k in range(K):
-                    activation_block(act, z[h, i, k], phz[h, i, k], dphz[h, i, k], work, b)
-                    w = omega[h, k]
-                    gi = g[h, i]
-                    pz = phz[h, i, k]
-                    for t in range(b):
-                        f[t] += w * gi[t] * pz[t]
-        elif gate == GATE_SDPA:
+        if gate == GATE_SDPA:
             for k in range(K):
                 uu = u[h, k]
                 for t in range(b):
@@ -89,14 +80,19 @@ def _forward_block(
                 pu = phu[h, k]
                 for t in range(b):
                     f[t] += w * pu[t]
-        else:  # none, output: linear experts
+        else:  # f += Σ_i g_i Σ_k ω_k ψ(z_ik), ψ = φ (value gate) or the identity
+            if gate == GATE_VALUE:
+                for i in range(N):
+                    for k in range(K):
+                        activation_block(act, z[h, i, k], phz[h, i, k], dphz[h, i, k], work, b)
+            ex = phz[h] if gate == GATE_VALUE else z[h]
             for i in range(N):
                 gi = g[h, i]
                 for k in range(K):
                     w = omega[h, k]
-                    zz = z[h, i, k]
+                    ek = ex[i, k]
                     for t in range(b):
-                        f[t] += w * gi[t] * zz[t]
+                        f[t] += w * gi[t] * ek[t]
     if gate == GATE_OUTPUT:
         for t in range(b):
             fm[t] = f[t]
