@@ -6,12 +6,12 @@
 :func:`sklearn.datasets.make_regression`.
 """
 
-import numbers
 
 import numpy as np
 from sklearn.utils import check_random_state
 
 from ._names import check_activation, check_gate
+from ._validation import check_count, check_positive
 from .measure import MixingMeasure
 from .regression import regression_function
 
@@ -23,22 +23,6 @@ DEFAULT_SEPARATION_FRACTION = 0.25
 # Reject-and-redraw budget of random_measure: draws per expert before a restart, restarts.
 _TRIES_PER_EXPERT = 200
 _RESTARTS = 50
-
-
-def _check_count(value, name, minimum=1):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value}.")
-    return int(value)
-
-
-def _check_positive(value, name, *, allow_zero=False):
-    ok_type = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-    if not ok_type or not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}; got {value!r}.")
-    return float(value)
 
 
 def _signed_magnitudes(rng, size, scale):
@@ -132,14 +116,14 @@ def random_measure(
     >>> G.shape, G.is_normalized()
     ((1, 2, 2, 3), True)
     """
-    H = _check_count(n_heads, "n_heads")
-    N = _check_count(n_tokens, "n_tokens", minimum=2)
-    K = _check_count(n_experts, "n_experts")
-    D = _check_count(n_features, "n_features")
-    scale = _check_positive(scale, "scale")
+    H = check_count(n_heads, "n_heads")
+    N = check_count(n_tokens, "n_tokens", minimum=2)
+    K = check_count(n_experts, "n_experts")
+    D = check_count(n_features, "n_features")
+    scale = check_positive(scale, "scale")
     if min_separation is None:
         min_separation = DEFAULT_SEPARATION_FRACTION * scale
-    min_separation = _check_positive(min_separation, "min_separation", allow_zero=True)
+    min_separation = check_positive(min_separation, "min_separation", allow_zero=True)
     try:
         low, high = (float(v) for v in omega_range)
     except (TypeError, ValueError) as exc:
@@ -259,9 +243,9 @@ def make_hmoe_regression(
     >>> X.shape, y.shape, G.shape
     ((100, 3), (100,), (1, 2, 2, 3))
     """
-    n_samples = _check_count(n_samples, "n_samples")
-    noise = _check_positive(noise, "noise", allow_zero=True)
-    box = _check_positive(box, "box")
+    n_samples = check_count(n_samples, "n_samples")
+    noise = check_positive(noise, "noise", allow_zero=True)
+    box = check_positive(box, "box")
     check_gate(gate)
     check_activation(activation)
     if measure is not None and not isinstance(measure, MixingMeasure):

@@ -9,7 +9,6 @@ over the (H, K, N)-HMoE class of the chosen gate position, with ``omega >= 0`` (
 runs from ``n_starts`` starting points and the best objective is kept.
 """
 
-import numbers
 import warnings
 
 import numpy as np
@@ -19,6 +18,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._names import GATE_LABELS, check_activation, check_gate
+from ._validation import check_count, check_positive
 from .initialization import check_init_measure, random_start
 from .measure import MixingMeasure
 from .optim import run_starts
@@ -26,18 +26,6 @@ from .parameters import make_bounds, n_params, pack, unpack
 from .regression import evaluate
 
 __all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor"]
-
-
-def _check_int(value, name, minimum):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
-    return int(value)
-
-
-def _check_positive(value, name):
-    if not isinstance(value, numbers.Real) or not np.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive finite number; got {value!r}.")
-    return float(value)
 
 
 class HMoERegressor(RegressorMixin, BaseEstimator):
@@ -151,14 +139,14 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
     def _validate_hyperparameters(self):
         check_gate(self.gate)
         check_activation(self.activation)
-        H = _check_int(self.n_heads, "n_heads", 1)
-        N = _check_int(self.n_tokens, "n_tokens", 1)
-        K = _check_int(self.n_experts, "n_experts", 1)
-        _check_int(self.n_starts, "n_starts", 1)
-        _check_int(self.max_iter, "max_iter", 1)
-        _check_positive(self.tol, "tol")
-        _check_positive(self.param_bound, "param_bound")
-        _check_positive(self.omega_max, "omega_max")
+        H = check_count(self.n_heads, "n_heads", 1)
+        N = check_count(self.n_tokens, "n_tokens", 1)
+        K = check_count(self.n_experts, "n_experts", 1)
+        check_count(self.n_starts, "n_starts", 1)
+        check_count(self.max_iter, "max_iter", 1)
+        check_positive(self.tol, "tol")
+        check_positive(self.param_bound, "param_bound")
+        check_positive(self.omega_max, "omega_max")
         return H, N, K
 
     def _init_measures(self, shape):
