@@ -9,7 +9,7 @@ before ``exp``: no overflow for any finite input.
 from numba import njit
 
 from .rows import combine_rows
-from .vexp import exp_block
+from .vexp import vexp
 
 _FM = {"reassoc", "contract"}
 
@@ -20,67 +20,56 @@ def pair_products(x, xx, b):
     D = x.shape[0]
     pq = 0
     for p in range(D):
-        xp = x[p]
         for q in range(p, D):
-            xq = x[q]
-            out = xx[pq]
             c = 1.0 if p == q else 2.0
             for t in range(b):
-                out[t] = c * xp[t] * xq[t]
+                xx[pq, t] = c * x[p, t] * x[q, t]
             pq += 1
 
 
 @njit(cache=True, fastmath=_FM)
-def gate_block(tri_h, xx, s, g_h, work, b):
-    """Softmax gate of one head on a block.
+def gate_rows(theta, otri, h, N, xx, s, g, work, b):
+    """Softmax gate of head ``h`` on a block: rows ``h*N .. h*N+N-1`` of ``g``.
 
     Parameters
     ----------
-    tri_h : ndarray (N-1, T)
-        Upper triangles of ``M[h, 0..N-2]``.
+    theta : ndarray (P,)
+        Parameter vector; the upper triangles of ``M[h, 0..N-2]`` start at ``otri``
+        (offset of the ``M`` part, :mod:`hmoe_estim.parameters`).
     xx : ndarray (T, B)
         Pair products from :func:`pair_products`.
     s : ndarray (N, B)
         Scratch for the quadratic forms ``xᵀ M[h, i] x``.
-    g_h : ndarray (N, B)
-        Output: the gate values ``g[h, i]``.
+    g : ndarray (H*N, B)
+        Output: the gate values, row ``h*N + i`` for token ``i``.
     work : ndarray (B,)
         Scratch.
     b : int
         Number of valid samples in the block.
     """
-    N = s.shape[0]
+    T = xx.shape[0]
     for i in range(N - 1):
-        combine_rows(tri_h[i], xx, s[i], b)
-    last = s[N - 1]
+        combine_rows(theta, otri + (h * (N - 1) + i) * T, T, xx, s, i, b)
     for t in range(b):
-        last[t] = 0.0
+        s[N - 1, t] = 0.0
     # stable softmax over tokens: subtract the max, exponentiate, normalise. Every loop runs
     # over the block innermost, so that it vectorises across samples.
-    mx = work
     for t in range(b):
-        mx[t] = s[0, t]
+        work[t] = s[0, t]
     for i in range(1, N):
-        si = s[i]
         for t in range(b):
-            mx[t] = max(mx[t], si[t])
+            work[t] = max(work[t], s[i, t])
+    r0 = h * N
     for i in range(N):
-        si = s[i]
         for t in range(b):
-            si[t] -= mx[t]
-    for i in range(N):
-        exp_block(s[i], g_h[i], work, b)
-    tot = work
-    g0 = g_h[0]
+            g[r0 + i, t] = vexp(s[i, t] - work[t])
     for t in range(b):
-        tot[t] = g0[t]
+        work[t] = g[r0, t]
     for i in range(1, N):
-        gi = g_h[i]
         for t in range(b):
-            tot[t] += gi[t]
+            work[t] += g[r0 + i, t]
     for t in range(b):
-        tot[t] = 1.0 / tot[t]
+        work[t] = 1.0 / work[t]
     for i in range(N):
-        gi = g_h[i]
         for t in range(b):
-            gi[t] *= tot[t]
+            g[r0 + i, t] *= work[t]

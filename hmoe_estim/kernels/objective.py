@@ -11,8 +11,17 @@ Layout for speed (SPEC §7): the inputs come transposed, ``XT`` of shape (D, n),
 are processed in blocks of ``BLOCK`` with the block index innermost in every loop, so that
 LLVM vectorises across samples. The products ``c_pq x_p x_q`` are formed once per block and
 shared by every ``M[h, i]``; the gate, the expert values and the activations are computed once
-and reused by the objective and the gradient. Temporaries are per block — ``(H, N, K, BLOCK)``
-at most — so memory is O(n·D) for the data plus O(parameters).
+and reused by the objective and the gradient. Temporaries are per chunk of blocks, 2-D arrays
+indexed by row — ``(H·N·K, BLOCK)`` at most — so memory is O(n·D) for the data plus
+O(parameters); the loops index rows instead of taking row views (a view costs two atomic
+reference-count updates per row per block in compiled code).
+
+Fewer operations for linear experts (gates ``none`` and ``output``): inside head ``h`` every
+channel shares the gate, so ``f`` depends on ``(omega, a)`` only through
+``b[h, i] = Σ_k omega[h, k] a[h, i, k]`` (SPEC §5). The kernel evaluates ``b[h, i]·x`` — H·N
+dot products per sample instead of H·N·K — and accumulates ``G[h, i] = Σ_j e_j g[h, i](x_j)
+x_j``, from which ``∂/∂a[h, i, k] = omega[h, k] G[h, i]`` and
+``∂/∂omega[h, k] = Σ_i a[h, i, k]·G[h, i]`` follow once per call.
 
 Determinism: the blocks are grouped into at most ``MAX_CHUNKS`` chunks whose number depends
 only on ``n``; each chunk's partial sums are added in chunk order. The result is therefore the
@@ -25,9 +34,9 @@ fused multiply-add): the ``nnan``/``ninf`` flags are *not* set, so NaN and inf p
 import numpy as np
 from numba import njit, prange
 
-from .activations import activation_block
-from .gate import gate_block, pair_products
-from .rows import combine_rows
+from .activations import activation_rows
+from .gate import gate_rows, pair_products
+from .rows import accumulate_dots, combine_rows
 
 BLOCK = 128
 MAX_CHUNKS = 64
@@ -43,17 +52,69 @@ _PARALLEL = {
 GATE_NONE, GATE_VALUE, GATE_SDPA, GATE_OUTPUT = 0, 1, 2, 3
 
 
+@njit(cache=True)
+def _offsets(H, N, K, D):
+    """Offsets of ``M`` and ``a`` in ``theta`` and its length (:mod:`hmoe_estim.parameters`)."""
+    T = D * (D + 1) // 2
+    o1 = H * K
+    o2 = o1 + H * (N - 1) * T
+    return T, o1, o2, o2 + H * N * K * D
+
+
+@njit(cache=True)
+def _linear(gate):
+    """True for the gates whose experts enter linearly (MHA and the output gate)."""
+    return gate == GATE_NONE or gate == GATE_OUTPUT
+
+
+@njit(cache=True)
+def _mixed_values(theta, H, N, K, D, gate):
+    """``b[h, i] = Σ_k omega[h, k] a[h, i, k]``, flattened (H·N·D,); empty unless linear."""
+    if not _linear(gate):
+        return np.zeros(0)
+    o2 = _offsets(H, N, K, D)[2]
+    bv = np.zeros(H * N * D)
+    for h in range(H):
+        for i in range(N):
+            for k in range(K):
+                w = theta[h * K + k]
+                for d in range(D):
+                    bv[(h * N + i) * D + d] += w * theta[o2 + ((h * N + i) * K + k) * D + d]
+    return bv
+
+
+@njit(cache=True)
+def _temporaries(H, N, K, D, gate):
+    """Per-chunk scratch, rows × samples of a block: x (D), xx (T), s (N), g (H·N), z (H·N or
+    H·N·K), φ(z)/φ'(z) (H·N·K, value gate), u/φ(u)/φ'(u) (H·K, SDPA gate), v (N), du (K),
+    coef (1), f_MHA/φ(f_MHA)/φ'(f_MHA) (1 each); f, e, fh, work (B,)."""
+    T = D * (D + 1) // 2
+    nz = H * N if _linear(gate) else H * N * K
+    nphi = H * N * K if gate == GATE_VALUE else 1
+    nu = H * K if gate == GATE_SDPA else 1
+    return (
+        np.empty((D, BLOCK)), np.empty((T, BLOCK)), np.empty((N, BLOCK)),
+        np.empty((H * N, BLOCK)), np.empty((nz, BLOCK)),
+        np.empty((nphi, BLOCK)), np.empty((nphi, BLOCK)),
+        np.empty((nu, BLOCK)), np.empty((nu, BLOCK)), np.empty((nu, BLOCK)),
+        np.empty((N, BLOCK)), np.empty((K, BLOCK)), np.empty((1, BLOCK)),
+        np.empty((3, BLOCK)),
+        np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK),
+    )
+
+
 @njit(cache=True, fastmath=_FM)
 def _forward_block(
-    XT, j0, b, omega, tri, a, gate, act, x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo, work
+    XT, j0, b, theta, bv, H, N, K, gate, act, x, xx, s, g, z, phz, dphz, u, phu, dphu, fo, f, work
 ):
-    """Forward pass on samples ``j0 .. j0+b``; fills the block temporaries and ``f``.
+    """Forward pass on samples ``j0 .. j0+b``: fills the temporaries and ``f``.
 
-    ``fm`` is the MHA output (used by the output gate); ``dfo`` its ``φ'`` (output gate only).
+    Row conventions: ``g[h*N + i]``; ``z[h*N + i]`` (linear gates, ``b[h, i]·x``) or
+    ``z[(h*N + i)*K + k]`` (``a[h, i, k]·x``); ``u[h*K + k]``; for the output gate
+    ``fo[0] = f_MHA``, ``fo[1] = φ(f_MHA)``, ``fo[2] = φ'(f_MHA)``.
     """
-    H, K = omega.shape
-    N = a.shape[1]
-    D = a.shape[3]
+    D = x.shape[0]
+    T, o1, o2, P = _offsets(H, N, K, D)
     for d in range(D):
         for t in range(b):
             x[d, t] = XT[d, j0 + t]
@@ -61,66 +122,140 @@ def _forward_block(
     for t in range(b):
         f[t] = 0.0
     for h in range(H):
-        gate_block(tri[h], xx, s, g[h], work, b)
-        for i in range(N):
-            for k in range(K):
-                combine_rows(a[h, i, k], x, z[h, i, k], b)
-        if gate == GATE_SDPA:
-            for k in range(K):
-                uu = u[h, k]
-                for t in range(b):
-                    uu[t] = 0.0
-                for i in range(N):
-                    gi = g[h, i]
-                    zz = z[h, i, k]
-                    for t in range(b):
-                        uu[t] += gi[t] * zz[t]
-                activation_block(act, uu, phu[h, k], dphu[h, k], work, b)
-                w = omega[h, k]
-                pu = phu[h, k]
-                for t in range(b):
-                    f[t] += w * pu[t]
-        else:  # f += Σ_i g_i Σ_k ω_k ψ(z_ik), ψ = φ (value gate) or the identity
-            if gate == GATE_VALUE:
-                for i in range(N):
-                    for k in range(K):
-                        activation_block(act, z[h, i, k], phz[h, i, k], dphz[h, i, k], work, b)
-            ex = phz[h] if gate == GATE_VALUE else z[h]
+        gate_rows(theta, o1, h, N, xx, s, g, work, b)
+        if _linear(gate):  # f += Σ_i g_i b_i·x
             for i in range(N):
-                gi = g[h, i]
+                r = h * N + i
+                combine_rows(bv, r * D, D, x, z, r, b)
+                for t in range(b):
+                    f[t] += g[r, t] * z[r, t]
+        elif gate == GATE_SDPA:  # f += Σ_k ω_k φ(u_k),  u_k = Σ_i g_i a_ik·x
+            for i in range(N):
                 for k in range(K):
-                    w = omega[h, k]
-                    ek = ex[i, k]
+                    r = (h * N + i) * K + k
+                    combine_rows(theta, o2 + r * D, D, x, z, r, b)
+            for k in range(K):
+                rk = h * K + k
+                for t in range(b):
+                    u[rk, t] = 0.0
+                for i in range(N):
+                    ri = h * N + i
+                    r = ri * K + k
                     for t in range(b):
-                        f[t] += w * gi[t] * ek[t]
+                        u[rk, t] += g[ri, t] * z[r, t]
+                activation_rows(act, u, rk, phu, dphu, b)
+                w = theta[rk]
+                for t in range(b):
+                    f[t] += w * phu[rk, t]
+        else:  # value gate: f += Σ_i g_i Σ_k ω_k φ(a_ik·x)
+            for i in range(N):
+                ri = h * N + i
+                for k in range(K):
+                    r = ri * K + k
+                    combine_rows(theta, o2 + r * D, D, x, z, r, b)
+                    activation_rows(act, z, r, phz, dphz, b)
+                for k in range(K):
+                    r = ri * K + k
+                    w = theta[h * K + k]
+                    for t in range(b):
+                        f[t] += w * g[ri, t] * phz[r, t]
     if gate == GATE_OUTPUT:
         for t in range(b):
-            fm[t] = f[t]
-        activation_block(act, fm, f, dfo, work, b)
+            fo[0, t] = f[t]
+        activation_rows(act, fo, 0, fo[1:], fo[2:], b)
+        for t in range(b):
+            f[t] = fo[1, t]
 
 
-@njit(cache=True)
-def _block_temporaries(H, N, K, D):
-    """Per-block scratch of the forward pass: x (D,B), xx (T,B), s (N,B), g (H,N,B),
-    z/φ(z)/φ'(z) (H,N,K,B), u/φ(u)/φ'(u) (H,K,B), f, f_MHA, φ'(f_MHA), work (B,)."""
-    T = D * (D + 1) // 2
-    return (
-        np.empty((D, BLOCK)), np.empty((T, BLOCK)), np.empty((N, BLOCK)), np.empty((H, N, BLOCK)),
-        np.empty((H, N, K, BLOCK)), np.empty((H, N, K, BLOCK)), np.empty((H, N, K, BLOCK)),
-        np.empty((H, K, BLOCK)), np.empty((H, K, BLOCK)), np.empty((H, K, BLOCK)),
-        np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK),
-    )
+@njit(cache=True, fastmath=_FM)
+def _backward_block(
+    b, theta, H, N, K, gate, acc, oG, e, x, xx, g, z, phz, dphz, u, phu, dphu, v, du, coef, fh
+):
+    """Add the block's gradient to ``acc`` given ``e = ∂(objective)/∂f`` per sample.
 
-
-@njit(cache=True)
-def _unpack(theta, H, N, K, D):
-    T = D * (D + 1) // 2
-    o1 = H * K
-    o2 = o1 + H * (N - 1) * T
-    omega = theta[:o1].reshape((H, K))
-    tri = theta[o1:o2].reshape((H, N - 1, T))
-    a = theta[o2:].reshape((H, N, K, D))
-    return omega, tri, a, o1, o2
+    ``acc`` has the layout of ``theta``; for the linear gates the ``a``/``omega`` part is
+    accumulated as ``G[h, i]`` at ``acc[oG:]`` instead (see the module docstring).
+    """
+    D = x.shape[0]
+    T, o1, o2, P = _offsets(H, N, K, D)
+    for h in range(H):
+        # v[i] = ∂/∂s_i (the quadratic form of token i) for every token
+        if _linear(gate):
+            # f_h = Σ_i g_i z_i;  G[h,i] += Σ_t e g_i x;  ∂/∂s_i = e g_i (z_i − f_h)
+            for t in range(b):
+                fh[t] = 0.0
+            for i in range(N):
+                r = h * N + i
+                for t in range(b):
+                    fh[t] += g[r, t] * z[r, t]
+            for i in range(N):
+                r = h * N + i
+                for t in range(b):
+                    coef[0, t] = e[t] * g[r, t]
+                    v[i, t] = coef[0, t] * (z[r, t] - fh[t])
+                accumulate_dots(coef, 0, x, D, acc, oG + r * D, b)
+        elif gate == GATE_SDPA:
+            # f = Σ_k ω_k φ(u_k), u_k = Σ_i g_i z_ik:  du_k = e ω_k φ'(u_k)
+            for k in range(K):
+                rk = h * K + k
+                w = theta[rk]
+                sacc = 0.0
+                for t in range(b):
+                    sacc += e[t] * phu[rk, t]
+                    du[k, t] = e[t] * w * dphu[rk, t]
+                acc[rk] += sacc
+            for i in range(N):
+                ri = h * N + i
+                # ∂/∂s_i = g_i Σ_k du_k (z_ik − u_k)
+                for t in range(b):
+                    v[i, t] = 0.0
+                for k in range(K):
+                    r = ri * K + k
+                    rk = h * K + k
+                    for t in range(b):
+                        v[i, t] += du[k, t] * (z[r, t] - u[rk, t])
+                for t in range(b):
+                    v[i, t] *= g[ri, t]
+                # ∂/∂a_ik = Σ_t du_k g_i x
+                for k in range(K):
+                    r = ri * K + k
+                    for t in range(b):
+                        coef[0, t] = du[k, t] * g[ri, t]
+                    accumulate_dots(coef, 0, x, D, acc, o2 + r * D, b)
+        else:  # value gate
+            # f_h = Σ_i g_i v_i, v_i = Σ_k ω_k φ(z_ik)
+            for t in range(b):
+                fh[t] = 0.0
+            for i in range(N):
+                ri = h * N + i
+                for t in range(b):
+                    v[i, t] = 0.0
+                for k in range(K):
+                    w = theta[h * K + k]
+                    r = ri * K + k
+                    for t in range(b):
+                        v[i, t] += w * phz[r, t]
+                for t in range(b):
+                    fh[t] += g[ri, t] * v[i, t]
+            for i in range(N):
+                ri = h * N + i
+                for k in range(K):
+                    r = ri * K + k
+                    w = theta[h * K + k]
+                    # ∂/∂ω_k += Σ_t e g_i φ(z_ik);  ∂/∂a_ik = Σ_t e ω_k g_i φ'(z_ik) x
+                    sacc = 0.0
+                    for t in range(b):
+                        eg = e[t] * g[ri, t]
+                        sacc += eg * phz[r, t]
+                        coef[0, t] = eg * w * dphz[r, t]
+                    acc[h * K + k] += sacc
+                    accumulate_dots(coef, 0, x, D, acc, o2 + r * D, b)
+                # ∂/∂s_i = e g_i (v_i − f_h)
+                for t in range(b):
+                    v[i, t] = e[t] * g[ri, t] * (v[i, t] - fh[t])
+        # ∂/∂M_i[pq] = Σ_t (∂/∂s_i) c_pq x_p x_q, only for the free tokens i < N-1
+        for i in range(N - 1):
+            accumulate_dots(v, i, xx, T, acc, o1 + (h * (N - 1) + i) * T, b)
 
 
 @njit(cache=True)
@@ -152,28 +287,24 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
     grad : ndarray of shape (P,)
     """
     n = XT.shape[1]
-    P = theta.shape[0]
-    T = D * (D + 1) // 2
-    omega, tri, a, o1, o2 = _unpack(theta, H, N, K, D)
+    T, o1, o2, P = _offsets(H, N, K, D)
+    bv = _mixed_values(theta, H, N, K, D, gate)
+    oG = P + 1  # G[h, i] (linear gates) after the gradient and the loss
+    width = oG + bv.shape[0]
     nblocks, nchunks = _chunks(n)
-    partial = np.zeros((nchunks, P + 1))
+    partial = np.zeros((nchunks, width))
     scale = 2.0 / n
     for c in prange(nchunks):
-        x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo, work = _block_temporaries(H, N, K, D)
-        e = np.empty(BLOCK)
-        v = np.empty((N, BLOCK))
-        fh = np.empty(BLOCK)
-        du = np.empty((K, BLOCK))
+        x, xx, s, g, z, phz, dphz, u, phu, dphu, v, du, coef, fo, f, e, fh, work = _temporaries(
+            H, N, K, D, gate
+        )
         acc = partial[c]
-        gomega = acc[:o1].reshape((H, K))
-        gtri = acc[o1:o2].reshape((H, N - 1, T))
-        ga = acc[o2:P].reshape((H, N, K, D))
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             j0 = blk * BLOCK
             b = min(BLOCK, n - j0)
             _forward_block(
-                XT, j0, b, omega, tri, a, gate, act,
-                x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo, work,
+                XT, j0, b, theta, bv, H, N, K, gate, act,
+                x, xx, s, g, z, phz, dphz, u, phu, dphu, fo, f, work,
             )
             loss = 0.0
             for t in range(b):
@@ -183,128 +314,49 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
             acc[P] += loss
             if gate == GATE_OUTPUT:
                 for t in range(b):
-                    e[t] *= dfo[t]
-            for h in range(H):
-                # v[i] = value mixed by token i; fh = head output before omega-mixing of G1
-                if gate == GATE_SDPA:
-                    # f = Σ_k ω φ(u_k),  u_k = Σ_i g_i z_ik
-                    for k in range(K):
-                        w = omega[h, k]
-                        pu = phu[h, k]
-                        dpu = dphu[h, k]
-                        sacc = 0.0
-                        for t in range(b):
-                            sacc += e[t] * pu[t]
-                            du[k, t] = e[t] * w * dpu[t]
-                        gomega[h, k] += sacc
-                    # ds_i = g_i Σ_k du_k (z_ik − u_k)
-                    for i in range(N):
-                        vi = v[i]
-                        for t in range(b):
-                            vi[t] = 0.0
-                        for k in range(K):
-                            zz = z[h, i, k]
-                            uu = u[h, k]
-                            duk = du[k]
-                            for t in range(b):
-                                vi[t] += duk[t] * (zz[t] - uu[t])
-                        gi = g[h, i]
-                        for t in range(b):
-                            vi[t] *= gi[t]
-                    # da_ik = du_k g_i x
-                    for i in range(N):
-                        gi = g[h, i]
-                        for k in range(K):
-                            duk = du[k]
-                            for t in range(b):
-                                fh[t] = duk[t] * gi[t]
-                            for d in range(D):
-                                xd = x[d]
-                                sacc = 0.0
-                                for t in range(b):
-                                    sacc += fh[t] * xd[t]
-                                ga[h, i, k, d] += sacc
-                else:
-                    # f_h = Σ_i g_i v_i with v_i = Σ_k ω_k ψ(z_ik), ψ = id or φ
-                    ex = z[h] if gate != GATE_VALUE else phz[h]
-                    for t in range(b):
-                        fh[t] = 0.0
-                    for i in range(N):
-                        vi = v[i]
-                        for t in range(b):
-                            vi[t] = 0.0
-                        for k in range(K):
-                            w = omega[h, k]
-                            ek = ex[i, k]
-                            for t in range(b):
-                                vi[t] += w * ek[t]
-                        gi = g[h, i]
-                        for t in range(b):
-                            fh[t] += gi[t] * vi[t]
-                    for i in range(N):
-                        gi = g[h, i]
-                        for k in range(K):
-                            ek = ex[i, k]
-                            sacc = 0.0
-                            for t in range(b):
-                                sacc += e[t] * gi[t] * ek[t]
-                            gomega[h, k] += sacc
-                    # da_ik = e ω_k g_i ψ'(z_ik) x
-                    for i in range(N):
-                        gi = g[h, i]
-                        for k in range(K):
-                            w = omega[h, k]
-                            coef = du[0]
-                            if gate == GATE_VALUE:
-                                dz = dphz[h, i, k]
-                                for t in range(b):
-                                    coef[t] = e[t] * w * gi[t] * dz[t]
-                            else:
-                                for t in range(b):
-                                    coef[t] = e[t] * w * gi[t]
-                            for d in range(D):
-                                xd = x[d]
-                                sacc = 0.0
-                                for t in range(b):
-                                    sacc += coef[t] * xd[t]
-                                ga[h, i, k, d] += sacc
-                    # ds_i = e g_i (v_i − f_h)
-                    for i in range(N):
-                        vi = v[i]
-                        gi = g[h, i]
-                        for t in range(b):
-                            vi[t] = e[t] * gi[t] * (vi[t] - fh[t])
-                # dM_i[pq] = Σ_t ds_i c_pq x_p x_q, only for free tokens i < N-1
-                for i in range(N - 1):
-                    vi = v[i]
-                    for pq in range(T):
-                        xq = xx[pq]
-                        sacc = 0.0
-                        for t in range(b):
-                            sacc += vi[t] * xq[t]
-                        gtri[h, i, pq] += sacc
-    total = np.zeros(P + 1)
+                    e[t] *= fo[2, t]
+            _backward_block(
+                b, theta, H, N, K, gate, acc, oG, e, x, xx, g, z, phz, dphz, u, phu, dphu,
+                v, du, coef, fh,
+            )
+    total = np.zeros(width)
     for c in range(nchunks):
-        for p in range(P + 1):
+        for p in range(width):
             total[p] += partial[c, p]
-    return total[P] / n, total[:P].copy()
+    grad = total[:P].copy()
+    if _linear(gate):  # ∂/∂a_ik = ω_k G_i,  ∂/∂ω_k = Σ_i a_ik·G_i
+        for h in range(H):
+            for i in range(N):
+                r = h * N + i
+                for k in range(K):
+                    w = theta[h * K + k]
+                    oa = o2 + (r * K + k) * D
+                    sacc = 0.0
+                    for d in range(D):
+                        G = total[oG + r * D + d]
+                        grad[oa + d] = w * G
+                        sacc += theta[oa + d] * G
+                    grad[h * K + k] += sacc
+    return total[P] / n, grad
 
 
 @njit(cache=True, parallel=_PARALLEL, fastmath=_FM)
 def predict(theta, XT, H, N, K, D, gate, act):
     """``f_theta(x_j)`` for every column of ``XT`` (shape (D, n))."""
     n = XT.shape[1]
-    omega, tri, a, o1, o2 = _unpack(theta, H, N, K, D)
+    bv = _mixed_values(theta, H, N, K, D, gate)
     nblocks, nchunks = _chunks(n)
     out = np.empty(n)
     for c in prange(nchunks):
-        x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo, work = _block_temporaries(H, N, K, D)
+        x, xx, s, g, z, phz, dphz, u, phu, dphu, v, du, coef, fo, f, e, fh, work = _temporaries(
+            H, N, K, D, gate
+        )
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             j0 = blk * BLOCK
             b = min(BLOCK, n - j0)
             _forward_block(
-                XT, j0, b, omega, tri, a, gate, act,
-                x, xx, s, g, z, phz, dphz, u, phu, dphu, f, fm, dfo, work,
+                XT, j0, b, theta, bv, H, N, K, gate, act,
+                x, xx, s, g, z, phz, dphz, u, phu, dphu, fo, f, work,
             )
             for t in range(b):
                 out[j0 + t] = f[t]
