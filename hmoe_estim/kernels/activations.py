@@ -2,9 +2,14 @@
 
 Codes follow :data:`hmoe_estim._names.ACTIVATION_CODES`: 0 sigmoid, 1 tanh, 2 gelu (exact,
 with ``erf``), 3 silu. The branch on the code is taken once per row so that the loop over
-the block stays tight; sigmoid and silu use the vectorisable :func:`~.vexp.vexp` (in a loop of
-its own: fused with the division into one loop, LLVM declines to vectorise). tanh and gelu
-call libm (``tanh``, ``erf``) one value at a time.
+the block stays tight; sigmoid and silu use the vectorisable :func:`~.vexp.vexp`, so that
+their loops vectorise whole; tanh and gelu call libm (``tanh``, ``erf``) one value at a time.
+
+``error_model="numpy"`` (here and in every kernel): with Numba's default, each float
+division carries a ZeroDivisionError branch, and that branch alone stops LLVM from
+vectorising the loop around it (measured: sigmoid 5.1 → 1.1 ns per value). Under the NumPy
+model a division by zero gives inf/NaN as IEEE-754 says; the kernels never divide by a
+number that can be zero (``1 + e >= 1``, softmax sums ``>= 1``).
 Every formula is stable for any finite input (no overflow to inf/NaN): with
 ``e = exp(-|z|) <= 1``, ``σ(z) = 1/(1+e)`` for ``z >= 0`` and ``e/(1+e)`` otherwise, and
 ``σ'(z) = e/(1+e)²`` for both signs.
@@ -21,30 +26,28 @@ _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-@njit(cache=True, fastmath={"contract"})
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def activation_rows(code, z, r, phi, dphi, b):
     """``phi[r, :b] = φ(z[r, :b])`` and ``dphi[r, :b] = φ'(z[r, :b])`` (2-D arrays)."""
-    if code == 0 or code == 3:  # sigmoid, silu
+    if code == 0:  # sigmoid
         for t in range(b):
-            dphi[r, t] = vexp(-abs(z[r, t]))  # e = exp(-|z|)
-        if code == 0:
-            for t in range(b):
-                e = dphi[r, t]
-                q = 1.0 / (1.0 + e)
-                eq = e * q
-                phi[r, t] = q if z[r, t] >= 0 else eq
-                dphi[r, t] = eq * q
-        else:
-            for t in range(b):
-                e = dphi[r, t]
-                zt = z[r, t]
-                q = 1.0 / (1.0 + e)
-                eq = e * q
-                pos = zt >= 0
-                sig = q if pos else eq
-                sig_neg = eq if pos else q  # σ(-z) = 1 - σ(z), without cancellation
-                phi[r, t] = zt * sig
-                dphi[r, t] = sig * (1.0 + zt * sig_neg)
+            zt = z[r, t]
+            e = vexp(-abs(zt))  # e = exp(-|z|) <= 1
+            q = 1.0 / (1.0 + e)
+            eq = e * q
+            phi[r, t] = q if zt >= 0 else eq
+            dphi[r, t] = eq * q
+    elif code == 3:  # silu: z σ(z)
+        for t in range(b):
+            zt = z[r, t]
+            e = vexp(-abs(zt))
+            q = 1.0 / (1.0 + e)
+            eq = e * q
+            pos = zt >= 0
+            sig = q if pos else eq
+            sig_neg = eq if pos else q  # σ(-z) = 1 - σ(z), without cancellation
+            phi[r, t] = zt * sig
+            dphi[r, t] = sig * (1.0 + zt * sig_neg)
     elif code == 1:  # tanh
         for t in range(b):
             th = math.tanh(z[r, t])

@@ -14,7 +14,7 @@ from .vexp import vexp
 _FM = {"reassoc", "contract"}
 
 
-@njit(cache=True, fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM)
 def pair_products(x, xx, b):
     """``xx[pq, t] = c_pq x[p, t] x[q, t]`` for ``p <= q`` row-major, ``c_pq = 2`` off-diagonal."""
     D = x.shape[0]
@@ -27,7 +27,7 @@ def pair_products(x, xx, b):
             pq += 1
 
 
-@njit(cache=True, fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM)
 def gate_rows(theta, otri, h, N, xx, s, g, work, b):
     """Softmax gate of head ``h`` on a block: rows ``h*N .. h*N+N-1`` of ``g``.
 

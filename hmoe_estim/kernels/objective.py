@@ -103,7 +103,7 @@ def _temporaries(H, N, K, D, gate):
     )
 
 
-@njit(cache=True, fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM)
 def _forward_block(
     XT, j0, b, theta, bv, H, N, K, gate, act, x, xx, s, g, z, phz, dphz, u, phu, dphu, fo, f, work
 ):
@@ -167,7 +167,7 @@ def _forward_block(
             f[t] = fo[1, t]
 
 
-@njit(cache=True, fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM)
 def _backward_block(
     b, theta, H, N, K, gate, acc, oG, e, x, xx, g, z, phz, dphz, u, phu, dphu, v, du, coef, fh
 ):
@@ -265,7 +265,7 @@ def _chunks(n):
     return nblocks, nchunks
 
 
-@njit(cache=True, parallel=_PARALLEL, fastmath=_FM)
+@njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
 def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
     """Mean squared error of the HMoE ``theta`` on ``(XT.T, y)`` and its gradient.
 
@@ -340,7 +340,7 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
     return total[P] / n, grad
 
 
-@njit(cache=True, parallel=_PARALLEL, fastmath=_FM)
+@njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
 def predict(theta, XT, H, N, K, D, gate, act):
     """``f_theta(x_j)`` for every column of ``XT`` (shape (D, n))."""
     n = XT.shape[1]

@@ -20,7 +20,7 @@ from numba import njit
 _FM = {"reassoc", "contract"}
 
 
-@njit(cache=True, fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM)
 def combine_rows(c, c0, J, rows, out, ro, b):
     """``out[ro, :b] = Σ_{j<J} c[c0 + j] rows[j, :b]``."""
     for t in range(b):
@@ -41,7 +41,7 @@ def combine_rows(c, c0, J, rows, out, ro, b):
         j += 1
 
 
-@njit(cache=True, fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM)
 def accumulate_dots(w, wr, rows, J, acc, a0, b):
     """``acc[a0 + j] += Σ_{t<b} w[wr, t] rows[j, t]`` for ``j < J``."""
     j = 0

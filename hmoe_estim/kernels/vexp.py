@@ -73,7 +73,7 @@ else:
         return types.float64(types.int64), codegen
 
 
-@njit(cache=True, fastmath={"contract"}, inline="always")
+@njit(cache=True, error_model="numpy", fastmath={"contract"}, inline="always")
 def vexp(x):
     """``exp(x)`` for a float64 scalar, in straight-line arithmetic (see the module docstring)."""
     xt = x if x > _XMIN else _XMIN  # also maps NaN to _XMIN; NaN is restored at the end
@@ -99,7 +99,7 @@ def vexp(x):
     return x if x != x else v
 
 
-@njit(cache=True, fastmath={"contract"})
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def exp_block(x, out, b):
     """``out[:b] = exp(x[:b])`` for 1-D arrays."""
     for t in range(b):
