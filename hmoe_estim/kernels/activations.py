@@ -27,38 +27,38 @@ _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
-def activation_rows(code, z, r, phi, dphi, b):
-    """``phi[r, :b] = φ(z[r, :b])`` and ``dphi[r, :b] = φ'(z[r, :b])`` (2-D arrays)."""
+def activation_rows(code, z, rz, phi, rp, dphi, rd, b):
+    """``phi[rp, :b] = φ(z[rz, :b])`` and ``dphi[rd, :b] = φ'(z[rz, :b])`` (2-D arrays)."""
     if code == 0:  # sigmoid
         for t in range(b):
-            zt = z[r, t]
+            zt = z[rz, t]
             e = vexp(-abs(zt))  # e = exp(-|z|) <= 1
             q = 1.0 / (1.0 + e)
             eq = e * q
-            phi[r, t] = q if zt >= 0 else eq
-            dphi[r, t] = eq * q
+            phi[rp, t] = q if zt >= 0 else eq
+            dphi[rd, t] = eq * q
     elif code == 3:  # silu: z σ(z)
         for t in range(b):
-            zt = z[r, t]
+            zt = z[rz, t]
             e = vexp(-abs(zt))
             q = 1.0 / (1.0 + e)
             eq = e * q
             pos = zt >= 0
             sig = q if pos else eq
             sig_neg = eq if pos else q  # σ(-z) = 1 - σ(z), without cancellation
-            phi[r, t] = zt * sig
-            dphi[r, t] = sig * (1.0 + zt * sig_neg)
+            phi[rp, t] = zt * sig
+            dphi[rd, t] = sig * (1.0 + zt * sig_neg)
     elif code == 1:  # tanh
         for t in range(b):
-            th = math.tanh(z[r, t])
-            phi[r, t] = th
-            dphi[r, t] = 1.0 - th * th
+            th = math.tanh(z[rz, t])
+            phi[rp, t] = th
+            dphi[rd, t] = 1.0 - th * th
     else:  # gelu: z Φ(z)
         for t in range(b):
-            zt = z[r, t]
+            zt = z[rz, t]
             cdf = 0.5 * (1.0 + math.erf(zt * _INV_SQRT2))
-            phi[r, t] = zt * cdf
-            dphi[r, t] = cdf + zt * _INV_SQRT2PI * vexp(-0.5 * zt * zt)
+            phi[rp, t] = zt * cdf
+            dphi[rd, t] = cdf + zt * _INV_SQRT2PI * vexp(-0.5 * zt * zt)
 
 
 @njit(cache=True)
@@ -68,5 +68,5 @@ def activation_values(code, z):
     z2 = np.ascontiguousarray(z).reshape((1, n))
     phi = np.empty((1, n))
     dphi = np.empty((1, n))
-    activation_rows(code, z2, 0, phi, dphi, n)
+    activation_rows(code, z2, 0, phi, 0, dphi, 0, n)
     return phi[0], dphi[0]

@@ -42,34 +42,40 @@ def gate_rows(theta, otri, h, N, xx, s, g, work, b):
         Scratch for the quadratic forms ``xᵀ M[h, i] x``.
     g : ndarray (H*N, B)
         Output: the gate values, row ``h*N + i`` for token ``i``.
-    work : ndarray (B,)
-        Scratch.
+    work : ndarray (2, B)
+        Scratch: the row maximum, then the reciprocal of the sum.
     b : int
         Number of valid samples in the block.
     """
     T = xx.shape[0]
+    r0 = h * N
+    last = r0 + N - 1
+    if N == 1:
+        for t in range(b):
+            g[r0, t] = 1.0
+        return
     for i in range(N - 1):
         combine_rows(theta, otri + (h * (N - 1) + i) * T, T, xx, s, i, b)
+    # stable softmax over tokens: subtract the max, exponentiate, normalise. The last token's
+    # form is 0 (A.3), so the max starts at 0. Every loop runs over the block innermost.
     for t in range(b):
-        s[N - 1, t] = 0.0
-    # stable softmax over tokens: subtract the max, exponentiate, normalise. Every loop runs
-    # over the block innermost, so that it vectorises across samples.
+        work[0, t] = max(s[0, t], 0.0)
+    for i in range(1, N - 1):
+        for t in range(b):
+            work[0, t] = max(work[0, t], s[i, t])
     for t in range(b):
-        work[t] = s[0, t]
-    for i in range(1, N):
+        e = vexp(-work[0, t])
+        g[last, t] = e
+        work[1, t] = e
+    for i in range(N - 1):
         for t in range(b):
-            work[t] = max(work[t], s[i, t])
-    r0 = h * N
-    for i in range(N):
-        for t in range(b):
-            g[r0 + i, t] = vexp(s[i, t] - work[t])
+            e = vexp(s[i, t] - work[0, t])
+            g[r0 + i, t] = e
+            work[1, t] += e
     for t in range(b):
-        work[t] = g[r0, t]
-    for i in range(1, N):
+        q = 1.0 / work[1, t]
+        work[1, t] = q
+        g[last, t] *= q
+    for i in range(N - 1):
         for t in range(b):
-            work[t] += g[r0 + i, t]
-    for t in range(b):
-        work[t] = 1.0 / work[t]
-    for i in range(N):
-        for t in range(b):
-            g[r0 + i, t] *= work[t]
+            g[r0 + i, t] *= work[1, t]

@@ -85,33 +85,46 @@ def _mixed_values(theta, H, N, K, D, gate):
 
 @njit(cache=True)
 def _temporaries(H, N, K, D, gate):
-    """Per-chunk scratch, rows × samples of a block: x (D), xx (T), s (N), g (H·N), z (H·N or
-    H·N·K), φ(z)/φ'(z) (H·N·K, value gate), u/φ(u)/φ'(u) (H·K, SDPA gate), v (N), du (K),
-    coef (1), f_MHA/φ(f_MHA)/φ'(f_MHA) (1 each); f, e, fh, work (B,)."""
+    """Per-chunk scratch, rows × samples of a block.
+
+    x (D), xx (T), s (N), g (H·N), z (H·N: ``b[h, i]·x`` for the linear gates; H·N·K:
+    ``a[h, i, k]·x`` for the SDPA gate; 1 row of scratch for the value gate), φ(z)/φ'(z)
+    (H·N·K, value gate), vv (H·N, value gate: ``Σ_k ω φ(z_ik)``), u/φ(u)/φ'(u) (H·K, SDPA
+    gate), v (N: ``∂/∂s_i``), du (K), fo (3: f_MHA, φ(f_MHA), φ'(f_MHA)), e (1), coef (1),
+    work (2), ones (1); f and fh (B,).
+    """
     T = D * (D + 1) // 2
-    nz = H * N if _linear(gate) else H * N * K
+    if _linear(gate):
+        nz = H * N
+    elif gate == GATE_SDPA:
+        nz = H * N * K
+    else:
+        nz = 1
     nphi = H * N * K if gate == GATE_VALUE else 1
+    nvv = H * N if gate == GATE_VALUE else 1
     nu = H * K if gate == GATE_SDPA else 1
     return (
         np.empty((D, BLOCK)), np.empty((T, BLOCK)), np.empty((N, BLOCK)),
         np.empty((H * N, BLOCK)), np.empty((nz, BLOCK)),
-        np.empty((nphi, BLOCK)), np.empty((nphi, BLOCK)),
+        np.empty((nphi, BLOCK)), np.empty((nphi, BLOCK)), np.empty((nvv, BLOCK)),
         np.empty((nu, BLOCK)), np.empty((nu, BLOCK)), np.empty((nu, BLOCK)),
-        np.empty((N, BLOCK)), np.empty((K, BLOCK)), np.empty((1, BLOCK)),
-        np.empty((3, BLOCK)),
-        np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK),
+        np.empty((N, BLOCK)), np.empty((K, BLOCK)), np.empty((3, BLOCK)),
+        np.empty((1, BLOCK)), np.empty((1, BLOCK)), np.empty((2, BLOCK)), np.ones((1, BLOCK)),
+        np.empty(BLOCK), np.empty(BLOCK),
     )
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)
 def _forward_block(
-    XT, j0, b, theta, bv, H, N, K, gate, act, x, xx, s, g, z, phz, dphz, u, phu, dphu, fo, f, work
+    XT, j0, b, theta, bv, H, N, K, gate, act,
+    x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
 ):
     """Forward pass on samples ``j0 .. j0+b``: fills the temporaries and ``f``.
 
     Row conventions: ``g[h*N + i]``; ``z[h*N + i]`` (linear gates, ``b[h, i]·x``) or
-    ``z[(h*N + i)*K + k]`` (``a[h, i, k]·x``); ``u[h*K + k]``; for the output gate
-    ``fo[0] = f_MHA``, ``fo[1] = φ(f_MHA)``, ``fo[2] = φ'(f_MHA)``.
+    ``z[(h*N + i)*K + k]`` (SDPA gate, ``a[h, i, k]·x``); ``phz[(h*N + i)*K + k]`` and
+    ``vv[h*N + i]`` (value gate); ``u[h*K + k]``; for the output gate ``fo[0] = f_MHA``,
+    ``fo[1] = φ(f_MHA)``, ``fo[2] = φ'(f_MHA)``.
     """
     D = x.shape[0]
     T, o1, o2, P = _offsets(H, N, K, D)
@@ -137,63 +150,68 @@ def _forward_block(
             for k in range(K):
                 rk = h * K + k
                 for t in range(b):
-                    u[rk, t] = 0.0
-                for i in range(N):
+                    u[rk, t] = g[h * N, t] * z[h * N * K + k, t]
+                for i in range(1, N):
                     ri = h * N + i
                     r = ri * K + k
                     for t in range(b):
                         u[rk, t] += g[ri, t] * z[r, t]
-                activation_rows(act, u, rk, phu, dphu, b)
+                activation_rows(act, u, rk, phu, rk, dphu, rk, b)
                 w = theta[rk]
                 for t in range(b):
                     f[t] += w * phu[rk, t]
-        else:  # value gate: f += Σ_i g_i Σ_k ω_k φ(a_ik·x)
+        else:  # value gate: f += Σ_i g_i vv_i,  vv_i = Σ_k ω_k φ(a_ik·x)
             for i in range(N):
                 ri = h * N + i
                 for k in range(K):
                     r = ri * K + k
-                    combine_rows(theta, o2 + r * D, D, x, z, r, b)
-                    activation_rows(act, z, r, phz, dphz, b)
-                for k in range(K):
-                    r = ri * K + k
+                    combine_rows(theta, o2 + r * D, D, x, z, 0, b)
+                    activation_rows(act, z, 0, phz, r, dphz, r, b)
                     w = theta[h * K + k]
-                    for t in range(b):
-                        f[t] += w * g[ri, t] * phz[r, t]
+                    if k == 0:
+                        for t in range(b):
+                            vv[ri, t] = w * phz[r, t]
+                    else:
+                        for t in range(b):
+                            vv[ri, t] += w * phz[r, t]
+                for t in range(b):
+                    f[t] += g[ri, t] * vv[ri, t]
     if gate == GATE_OUTPUT:
         for t in range(b):
             fo[0, t] = f[t]
-        activation_rows(act, fo, 0, fo[1:], fo[2:], b)
+        activation_rows(act, fo, 0, fo, 1, fo, 2, b)
         for t in range(b):
             f[t] = fo[1, t]
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)
 def _backward_block(
-    b, theta, H, N, K, gate, acc, oG, e, x, xx, g, z, phz, dphz, u, phu, dphu, v, du, coef, fh
+    b, theta, H, N, K, gate, acc, oG, e, x, xx, g, z, phz, dphz, vv, u, phu, dphu,
+    v, du, coef, ones, fh,
 ):
-    """Add the block's gradient to ``acc`` given ``e = ∂(objective)/∂f`` per sample.
+    """Add the block's gradient to ``acc`` given ``e[0] = ∂(objective)/∂f`` per sample.
 
     ``acc`` has the layout of ``theta``; for the linear gates the ``a``/``omega`` part is
     accumulated as ``G[h, i]`` at ``acc[oG:]`` instead (see the module docstring).
+    ``v[i]`` receives ``∂/∂s_i`` (``s_i = xᵀ M[h, i] x``) for the free tokens ``i < N-1``.
     """
     D = x.shape[0]
     T, o1, o2, P = _offsets(H, N, K, D)
     for h in range(H):
-        # v[i] = ∂/∂s_i (the quadratic form of token i) for every token
+        r0 = h * N
         if _linear(gate):
             # f_h = Σ_i g_i z_i;  G[h,i] += Σ_t e g_i x;  ∂/∂s_i = e g_i (z_i − f_h)
             for t in range(b):
-                fh[t] = 0.0
-            for i in range(N):
-                r = h * N + i
+                fh[t] = g[r0, t] * z[r0, t]
+            for i in range(1, N):
                 for t in range(b):
-                    fh[t] += g[r, t] * z[r, t]
+                    fh[t] += g[r0 + i, t] * z[r0 + i, t]
             for i in range(N):
-                r = h * N + i
-                for t in range(b):
-                    coef[0, t] = e[t] * g[r, t]
-                    v[i, t] = coef[0, t] * (z[r, t] - fh[t])
-                accumulate_dots(coef, 0, x, D, acc, oG + r * D, b)
+                r = r0 + i
+                accumulate_dots(e, 0, g, r, 1.0, x, D, acc, oG + r * D, b)
+                if i < N - 1:
+                    for t in range(b):
+                        v[i, t] = e[0, t] * g[r, t] * (z[r, t] - fh[t])
         elif gate == GATE_SDPA:
             # f = Σ_k ω_k φ(u_k), u_k = Σ_i g_i z_ik:  du_k = e ω_k φ'(u_k)
             for k in range(K):
@@ -201,61 +219,55 @@ def _backward_block(
                 w = theta[rk]
                 sacc = 0.0
                 for t in range(b):
-                    sacc += e[t] * phu[rk, t]
-                    du[k, t] = e[t] * w * dphu[rk, t]
+                    sacc += e[0, t] * phu[rk, t]
+                    du[k, t] = e[0, t] * w * dphu[rk, t]
                 acc[rk] += sacc
+            # Σ_k du_k u_k, then ∂/∂s_i = g_i (Σ_k du_k z_ik − Σ_k du_k u_k)
+            for t in range(b):
+                fh[t] = du[0, t] * u[h * K, t]
+            for k in range(1, K):
+                for t in range(b):
+                    fh[t] += du[k, t] * u[h * K + k, t]
             for i in range(N):
-                ri = h * N + i
-                # ∂/∂s_i = g_i Σ_k du_k (z_ik − u_k)
-                for t in range(b):
-                    v[i, t] = 0.0
-                for k in range(K):
-                    r = ri * K + k
-                    rk = h * K + k
-                    for t in range(b):
-                        v[i, t] += du[k, t] * (z[r, t] - u[rk, t])
-                for t in range(b):
-                    v[i, t] *= g[ri, t]
+                ri = r0 + i
                 # ∂/∂a_ik = Σ_t du_k g_i x
                 for k in range(K):
                     r = ri * K + k
+                    accumulate_dots(du, k, g, ri, 1.0, x, D, acc, o2 + r * D, b)
+                if i < N - 1:
                     for t in range(b):
-                        coef[0, t] = du[k, t] * g[ri, t]
-                    accumulate_dots(coef, 0, x, D, acc, o2 + r * D, b)
-        else:  # value gate
-            # f_h = Σ_i g_i v_i, v_i = Σ_k ω_k φ(z_ik)
+                        v[i, t] = du[0, t] * z[ri * K, t]
+                    for k in range(1, K):
+                        r = ri * K + k
+                        for t in range(b):
+                            v[i, t] += du[k, t] * z[r, t]
+                    for t in range(b):
+                        v[i, t] = g[ri, t] * (v[i, t] - fh[t])
+        else:  # value gate: f_h = Σ_i g_i vv_i
             for t in range(b):
-                fh[t] = 0.0
-            for i in range(N):
-                ri = h * N + i
+                fh[t] = g[r0, t] * vv[r0, t]
+            for i in range(1, N):
                 for t in range(b):
-                    v[i, t] = 0.0
-                for k in range(K):
-                    w = theta[h * K + k]
-                    r = ri * K + k
-                    for t in range(b):
-                        v[i, t] += w * phz[r, t]
-                for t in range(b):
-                    fh[t] += g[ri, t] * v[i, t]
+                    fh[t] += g[r0 + i, t] * vv[r0 + i, t]
             for i in range(N):
-                ri = h * N + i
+                ri = r0 + i
+                for t in range(b):
+                    coef[0, t] = e[0, t] * g[ri, t]
                 for k in range(K):
                     r = ri * K + k
-                    w = theta[h * K + k]
-                    # ∂/∂ω_k += Σ_t e g_i φ(z_ik);  ∂/∂a_ik = Σ_t e ω_k g_i φ'(z_ik) x
+                    # ∂/∂ω_k += Σ_t e g_i φ(z_ik);  ∂/∂a_ik = ω_k Σ_t e g_i φ'(z_ik) x
                     sacc = 0.0
                     for t in range(b):
-                        eg = e[t] * g[ri, t]
-                        sacc += eg * phz[r, t]
-                        coef[0, t] = eg * w * dphz[r, t]
+                        sacc += coef[0, t] * phz[r, t]
                     acc[h * K + k] += sacc
-                    accumulate_dots(coef, 0, x, D, acc, o2 + r * D, b)
-                # ∂/∂s_i = e g_i (v_i − f_h)
-                for t in range(b):
-                    v[i, t] = e[t] * g[ri, t] * (v[i, t] - fh[t])
+                    accumulate_dots(coef, 0, dphz, r, theta[h * K + k], x, D, acc, o2 + r * D, b)
+                # ∂/∂s_i = e g_i (vv_i − f_h)
+                if i < N - 1:
+                    for t in range(b):
+                        v[i, t] = coef[0, t] * (vv[ri, t] - fh[t])
         # ∂/∂M_i[pq] = Σ_t (∂/∂s_i) c_pq x_p x_q, only for the free tokens i < N-1
         for i in range(N - 1):
-            accumulate_dots(v, i, xx, T, acc, o1 + (h * (N - 1) + i) * T, b)
+            accumulate_dots(v, i, ones, 0, 1.0, xx, T, acc, o1 + (h * (N - 1) + i) * T, b)
 
 
 @njit(cache=True)
@@ -295,29 +307,28 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
     partial = np.zeros((nchunks, width))
     scale = 2.0 / n
     for c in prange(nchunks):
-        x, xx, s, g, z, phz, dphz, u, phu, dphu, v, du, coef, fo, f, e, fh, work = _temporaries(
-            H, N, K, D, gate
-        )
+        (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
+         fh) = _temporaries(H, N, K, D, gate)
         acc = partial[c]
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             j0 = blk * BLOCK
             b = min(BLOCK, n - j0)
             _forward_block(
                 XT, j0, b, theta, bv, H, N, K, gate, act,
-                x, xx, s, g, z, phz, dphz, u, phu, dphu, fo, f, work,
+                x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
             )
             loss = 0.0
             for t in range(b):
                 r = f[t] - y[j0 + t]
                 loss += r * r
-                e[t] = scale * r
+                e[0, t] = scale * r
             acc[P] += loss
             if gate == GATE_OUTPUT:
                 for t in range(b):
-                    e[t] *= fo[2, t]
+                    e[0, t] *= fo[2, t]
             _backward_block(
-                b, theta, H, N, K, gate, acc, oG, e, x, xx, g, z, phz, dphz, u, phu, dphu,
-                v, du, coef, fh,
+                b, theta, H, N, K, gate, acc, oG, e, x, xx, g, z, phz, dphz, vv, u, phu, dphu,
+                v, du, coef, ones, fh,
             )
     total = np.zeros(width)
     for c in range(nchunks):
@@ -348,15 +359,14 @@ def predict(theta, XT, H, N, K, D, gate, act):
     nblocks, nchunks = _chunks(n)
     out = np.empty(n)
     for c in prange(nchunks):
-        x, xx, s, g, z, phz, dphz, u, phu, dphu, v, du, coef, fo, f, e, fh, work = _temporaries(
-            H, N, K, D, gate
-        )
+        (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
+         fh) = _temporaries(H, N, K, D, gate)
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             j0 = blk * BLOCK
             b = min(BLOCK, n - j0)
             _forward_block(
                 XT, j0, b, theta, bv, H, N, K, gate, act,
-                x, xx, s, g, z, phz, dphz, u, phu, dphu, fo, f, work,
+                x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
             )
             for t in range(b):
                 out[j0 + t] = f[t]

@@ -9,10 +9,13 @@ the kernel's time.
 ``combine_rows``: ``out[ro, t] = Σ_j c[c0 + j] · rows[j, t]`` — the quadratic forms ``xᵀ M x``
 (rows = pair products, ``c`` = upper triangle of ``M``) and the experts ``a·x`` (rows = inputs).
 
-``accumulate_dots``: ``acc[a0 + j] += Σ_t w[wr, t] · rows[j, t]`` — the gradients with respect
-to ``a`` (rows = inputs) and ``M`` (rows = pair products).
+``accumulate_dots``: ``acc[a0 + j] += scale · Σ_t p[pr, t] · q[qr, t] · rows[j, t]`` — the
+gradients with respect to ``a`` (rows = inputs) and ``M`` (rows = pair products); the weight
+of each sample is the product of two rows, formed on the fly.
 
-Both are register-blocked four rows at a time.
+Both work on four rows at a time (one pass over the block per four rows, the remainder of one
+to three rows in one more pass): each pass over the block has a fixed cost (loop set-up,
+alias checks, the final horizontal sums), so fewer, fuller passes are faster.
 """
 
 from numba import njit
@@ -22,45 +25,81 @@ _FM = {"reassoc", "contract"}
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)
 def combine_rows(c, c0, J, rows, out, ro, b):
-    """``out[ro, :b] = Σ_{j<J} c[c0 + j] rows[j, :b]``."""
-    for t in range(b):
-        out[ro, t] = 0.0
+    """``out[ro, :b] = Σ_{j<J} c[c0 + j] rows[j, :b]`` (``J >= 1``)."""
     j = 0
-    while j + 4 <= J:
-        c_0, c_1, c_2, c_3 = c[c0 + j], c[c0 + j + 1], c[c0 + j + 2], c[c0 + j + 3]
-        for t in range(b):
-            out[ro, t] += (
-                c_0 * rows[j, t] + c_1 * rows[j + 1, t] + c_2 * rows[j + 2, t]
-                + c_3 * rows[j + 3, t]
-            )
-        j += 4
     while j < J:
-        cj = c[c0 + j]
-        for t in range(b):
-            out[ro, t] += cj * rows[j, t]
-        j += 1
+        m = min(4, J - j)
+        c_0 = c[c0 + j]
+        c_1 = c[c0 + j + 1] if m > 1 else 0.0
+        c_2 = c[c0 + j + 2] if m > 2 else 0.0
+        c_3 = c[c0 + j + 3] if m > 3 else 0.0
+        if j == 0:
+            if m == 4:
+                for t in range(b):
+                    out[ro, t] = (
+                        c_0 * rows[0, t] + c_1 * rows[1, t] + c_2 * rows[2, t] + c_3 * rows[3, t]
+                    )
+            elif m == 3:
+                for t in range(b):
+                    out[ro, t] = c_0 * rows[0, t] + c_1 * rows[1, t] + c_2 * rows[2, t]
+            elif m == 2:
+                for t in range(b):
+                    out[ro, t] = c_0 * rows[0, t] + c_1 * rows[1, t]
+            else:
+                for t in range(b):
+                    out[ro, t] = c_0 * rows[0, t]
+        else:
+            if m == 4:
+                for t in range(b):
+                    out[ro, t] += (
+                        c_0 * rows[j, t] + c_1 * rows[j + 1, t] + c_2 * rows[j + 2, t]
+                        + c_3 * rows[j + 3, t]
+                    )
+            elif m == 3:
+                for t in range(b):
+                    out[ro, t] += c_0 * rows[j, t] + c_1 * rows[j + 1, t] + c_2 * rows[j + 2, t]
+            elif m == 2:
+                for t in range(b):
+                    out[ro, t] += c_0 * rows[j, t] + c_1 * rows[j + 1, t]
+            else:
+                for t in range(b):
+                    out[ro, t] += c_0 * rows[j, t]
+        j += m
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)
-def accumulate_dots(w, wr, rows, J, acc, a0, b):
-    """``acc[a0 + j] += Σ_{t<b} w[wr, t] rows[j, t]`` for ``j < J``."""
+def accumulate_dots(p, pr, q, qr, scale, rows, J, acc, a0, b):
+    """``acc[a0 + j] += scale Σ_{t<b} p[pr, t] q[qr, t] rows[j, t]`` for ``j < J``."""
     j = 0
-    while j + 4 <= J:
-        s0 = s1 = s2 = s3 = 0.0
-        for t in range(b):
-            wt = w[wr, t]
-            s0 += wt * rows[j, t]
-            s1 += wt * rows[j + 1, t]
-            s2 += wt * rows[j + 2, t]
-            s3 += wt * rows[j + 3, t]
-        acc[a0 + j] += s0
-        acc[a0 + j + 1] += s1
-        acc[a0 + j + 2] += s2
-        acc[a0 + j + 3] += s3
-        j += 4
     while j < J:
-        s0 = 0.0
-        for t in range(b):
-            s0 += w[wr, t] * rows[j, t]
-        acc[a0 + j] += s0
-        j += 1
+        m = min(4, J - j)
+        s0 = s1 = s2 = s3 = 0.0
+        if m == 4:
+            for t in range(b):
+                w = p[pr, t] * q[qr, t]
+                s0 += w * rows[j, t]
+                s1 += w * rows[j + 1, t]
+                s2 += w * rows[j + 2, t]
+                s3 += w * rows[j + 3, t]
+        elif m == 3:
+            for t in range(b):
+                w = p[pr, t] * q[qr, t]
+                s0 += w * rows[j, t]
+                s1 += w * rows[j + 1, t]
+                s2 += w * rows[j + 2, t]
+        elif m == 2:
+            for t in range(b):
+                w = p[pr, t] * q[qr, t]
+                s0 += w * rows[j, t]
+                s1 += w * rows[j + 1, t]
+        else:
+            for t in range(b):
+                s0 += p[pr, t] * q[qr, t] * rows[j, t]
+        acc[a0 + j] += scale * s0
+        if m > 1:
+            acc[a0 + j + 1] += scale * s1
+        if m > 2:
+            acc[a0 + j + 2] += scale * s2
+        if m > 3:
+            acc[a0 + j + 3] += scale * s3
+        j += m
