@@ -88,7 +88,7 @@ def wait_for_quiet(threshold=0.25, window=1.0, max_wait=60.0, verbose=True):
 
 
 def time_interleaved(fns, *, warmup=2, min_repeats=5, max_repeats=200, min_time=0.5,
-                     block_time=0.05):
+                     block_time=0.2, settle=0.15):
     """Time each zero-argument function in ``fns`` (dict name -> fn), in interleaved blocks.
 
     A round runs every function for one block (in rotating order); a block is one untimed
@@ -97,7 +97,10 @@ def time_interleaved(fns, *, warmup=2, min_repeats=5, max_repeats=200, min_time=
     ``min_repeats`` timed calls and the slowest has used ``min_time`` seconds, or all have
     ``max_repeats`` calls (a function stops being called once it has them). Calling each library back to back, rather than alternating single
     calls, keeps one library's idle spinning threads from stealing the cores of the next
-    (OpenMP, Eigen and OpenBLAS pools spin for a while before they sleep).
+    (OpenMP, Eigen and OpenBLAS pools spin for a while before they sleep). Before each block
+    the process sleeps ``settle`` seconds: OpenBLAS's idle workers spin for ~0.1-0.15 s after
+    a call (measured here: the Numba kernel ran at half speed for 140 ms after one NumPy
+    ``matmul``), so without the pause the library timed after NumPy pays for NumPy's pool.
 
     Returns ``{name: {"median", "min", "q1", "q3", "repeats", "minor_faults_per_call"}}``
     (times in seconds; page faults of the timed calls, from ``getrusage``), plus
@@ -116,6 +119,8 @@ def time_interleaved(fns, *, warmup=2, min_repeats=5, max_repeats=200, min_time=
         for nm in order:
             if len(times[nm]) >= max_repeats:
                 continue
+            if settle:
+                time.sleep(settle)  # let the previous library's pool go to sleep
             fns[nm]()  # untimed: wake this library's pool
             f0 = _minor_faults()
             c0 = len(times[nm])

@@ -23,11 +23,13 @@ _ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMB
              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
-def limit_threads(threads, omp_wait_policy="PASSIVE"):
+def limit_threads(threads, omp_wait_policy="PASSIVE", gomp_spincount="10000"):
     """Set the thread environment for ``threads`` threads; return the CPUs kept.
 
     ``omp_wait_policy`` sets ``OMP_WAIT_POLICY`` unless the caller's environment has it
-    (``None`` leaves it alone). ``PASSIVE`` is what ``import hmoe_estim`` sets. It must be
+    (``None`` leaves it alone); with it, ``gomp_spincount`` sets GNU libgomp's
+    ``GOMP_SPINCOUNT`` (idle workers spin that many rounds, then sleep). ``PASSIVE`` and
+    ``10000`` are what ``import hmoe_estim`` sets. They must be
     chosen here, for every library at once: PyTorch ships its OpenMP runtime as
     ``libgomp.so.1``, and Numba's OpenMP layer then binds to that already-loaded copy, which
     read the variable when torch was imported.
@@ -51,8 +53,10 @@ def limit_threads(threads, omp_wait_policy="PASSIVE"):
         os.sched_setaffinity(0, cpus)
     for var in _ENV_VARS:
         os.environ[var] = str(threads)
-    if omp_wait_policy is not None:
-        os.environ.setdefault("OMP_WAIT_POLICY", omp_wait_policy)
+    if omp_wait_policy is not None and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = omp_wait_policy
+        if gomp_spincount is not None and omp_wait_policy.upper() == "PASSIVE":
+            os.environ.setdefault("GOMP_SPINCOUNT", str(gomp_spincount))
     flags = os.environ.get("XLA_FLAGS", "")
     if threads == 1 and "xla_cpu_multi_thread_eigen" not in flags:
         flags += " --xla_cpu_multi_thread_eigen=false"
@@ -105,6 +109,7 @@ def thread_report():
         "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "env": {v: os.environ.get(v) for v in _ENV_VARS + ("XLA_FLAGS",)},
         "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+        "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"),
         "malloc": {v: os.environ.get(v) for v in _MALLOC_VARS},
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE"),

@@ -120,6 +120,7 @@ def main(argv=None):
     print(f"  OPENBLAS_CORETYPE={env['threads']['OPENBLAS_CORETYPE']}, "
           f"OPENBLAS_L2_SIZE={env['threads']['OPENBLAS_L2_SIZE']}, "
           f"OMP_WAIT_POLICY={env['threads']['OMP_WAIT_POLICY']}, "
+          f"GOMP_SPINCOUNT={env['threads']['GOMP_SPINCOUNT']}, "
           f"affinity={env['threads']['affinity']}")
     print(f"  glibc malloc: {env['threads']['malloc']}")
     for name, why in skipped.items():
@@ -146,7 +147,7 @@ def main(argv=None):
                 timing = time_interleaved(
                     {nm: (lambda fg=fg: fg(theta)) for nm, fg in fgs.items()},
                     warmup=2, min_repeats=min_rep, max_repeats=max_rep, min_time=min_time,
-                    block_time=0.01 if args.quick else 0.05,
+                    block_time=0.01 if args.quick else 0.2, settle=0.0 if args.quick else 0.15,
                 )
                 load = timing.pop("_external_load")
                 case = {

@@ -218,7 +218,7 @@ def main(argv=None):
             t = time_interleaved(
                 {"fg": lambda: fg(theta),
                  "fwd": lambda: predict(theta, XT, H, N, K, D, gc, ac)},
-                min_repeats=5, min_time=0.2 if args.quick else 1.0)
+                min_repeats=5, min_time=0.2 if args.quick else 1.0, settle=0.0)
             cases.append((shape, gate, w, t))
     if not args.no_wait:
         wait_for_quiet(max_wait=60)

@@ -79,7 +79,7 @@ def worker_time(args):
             wait_for_quiet(max_wait=60)
         t = time_interleaved({g: (lambda fg=fg: fg(theta)) for g, fg in fgs.items()},
                              warmup=2, min_repeats=5 if args.quick else 9,
-                             max_repeats=400, min_time=0.2 if args.quick else 1.0)
+                             max_repeats=400, min_time=0.2 if args.quick else 1.0, settle=0.0)
         load = t.pop("_external_load")
         gapped = {g: _time_with_gaps(lambda fg=fg: fg(theta), 0.2 if args.quick else 0.6)
                   for g, fg in fgs.items()}

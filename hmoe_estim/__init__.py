@@ -11,11 +11,18 @@ kernels are only loaded by the code that uses them.
 import importlib
 import os
 
-# Numba's OpenMP threading layer spins its idle threads by default; between two kernel calls
-# L-BFGS-B runs on the main thread, and spinning workers steal its core (measured: 50-100x
-# slower fits on 2 cores). Passive waiting costs nothing measurable in the kernels. The
-# variable must be set before the OpenMP runtime starts; a user's own setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Numba's OpenMP threading layer (GNU libgomp) lets idle workers spin for ~300 000 rounds
+# (several ms) after each parallel region; between two kernel calls L-BFGS-B runs on the main
+# thread, and long-spinning workers steal its core (measured: 50-100x slower fits on 2 cores).
+# Sleeping at once (OMP_WAIT_POLICY=PASSIVE alone) costs ~0.05 ms per call to wake the
+# worker and lets the scheduler put the woken worker on the main thread's core, which
+# halved the speed of back-to-back calls at random. A short spin (GOMP_SPINCOUNT=10000,
+# ~0.25 ms here) bridges the gap between consecutive calls and then sleeps (measured: fits at
+# n = 1e4 30% faster, 1e5 8%; benchmarks/README.md). Both must be set before the OpenMP
+# runtime starts; a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # other OpenMP runtimes: do not spin
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")  # libgomp: spin briefly, then sleep
 
 from ._names import ACTIVATIONS, GATES
 
