@@ -11,17 +11,27 @@
    pair products             ``T``
    quadratic forms           ``H (N-1) T``
    softmax                   ``3 H N``                   ``H N``
-   experts ``a·x``           ``H N K D``
-   mix (none/value)          ``H N K + H N``             value: ``H N K`` (φ), + ``2 H N K``
+   experts ``a·x``           ``H N K D``; none/output:
+                             ``H N D`` (``b·x``, below)
+   mix (none/value)          none ``H N``; value         value: ``H N K`` (φ), + ``2 H N K``
+                             ``H N K + H N``
    mix (sdpa)                ``H N K + H K``             ``H K`` (φ), + ``2 H K``
    residual, loss            ``2``
-   grad omega, coefficients  none/value ``3 H N K``;     output gate: ``1``
-                             sdpa ``2 H N K + 3 H K``
+   grad omega, coefficients  none ``H N``; value          output gate: ``1``
+                             ``3 H N K``; sdpa
+                             ``2 H N K + 3 H K``
    grad of the gate          none/value ``3 H N``;
                              sdpa ``2 H N K + 2 H N``
-   grad ``a``                ``H N K D``
+   grad ``a``                ``H N K D``; none/output
+                             ``H N D`` (``G``, below)
    grad ``M``                ``H (N-1) T``
    ========================  ==========================  ======================================
+
+   With linear experts (gates ``none`` and ``output``) the function depends on
+   ``(omega, a)`` only through ``b[h, i] = Σ_k omega[h, k] a[h, i, k]``, so the work that must
+   be done per sample is ``b·x`` and ``G[h, i] = Σ_j e_j g_i x_j`` (``H N D`` each); the
+   per-call cost of forming ``b`` and expanding ``G`` to the gradients is ``O(H N K D)`` and
+   not counted per sample. This is what the kernel does since the count was revised.
 
 2. **The machine's throughput**, measured in the same run with the same threads: the DGEMM
    rate of NumPy's BLAS (``A @ B``, 2048², the peak of fused multiply–adds this machine
@@ -67,8 +77,10 @@ def work_per_sample(shape, gate):
     }
     div = H  # softmax normalisation
     if gate in ("none", "output"):
-        terms["mix"] = (H * N * K + H * N, 0)
-        terms["grad omega, coefficients"] = (3 * H * N * K, 0)
+        terms["experts a.x"] = (H * N * D, 0)  # b[h, i]·x, b = Σ_k omega a
+        terms["grad a"] = (H * N * D, 0)  # G[h, i] = Σ_j e g_i x
+        terms["mix"] = (H * N, 0)
+        terms["grad omega, coefficients"] = (H * N, 0)
         terms["grad gate"] = (3 * H * N, 0)
         if gate == "output":
             terms["output activation"] = (2, 1)
@@ -165,17 +177,17 @@ def machine_rates(threads, quick=False):
         from hmoe_estim.kernels.vexp import exp_block
 
         @njit(parallel=True)
-        def kexp(x, out, bits, reps):
+        def kexp(x, out, reps):
             R, L = x.shape
             for r in prange(R):
                 for _ in range(reps):
-                    exp_block(x[r], out[r], bits[r], L)
+                    exp_block(x[r], out[r], L)
             return out[0, 0]
 
         xs = np.random.default_rng(5).uniform(-30, 0, size=(threads * 8, 1024))
-        os_, bs = np.empty_like(xs), np.empty_like(xs)
-        kexp(xs, os_, bs, 1)
-        t = _best(lambda: kexp(xs, os_, bs, 200), 5)
+        os_ = np.empty_like(xs)
+        kexp(xs, os_, 1)
+        t = _best(lambda: kexp(xs, os_, 200), 5)
         rates["kernel_exp"] = xs.size * 200 / t
     except ImportError:
         rates["kernel_exp"] = None

@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit
 
 from .vexp import vexp
+from .target import wide_vectors
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -29,6 +30,7 @@ _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
 def activation_rows(code, z, rz, phi, rp, dphi, rd, b):
     """``phi[rp, :b] = φ(z[rz, :b])`` and ``dphi[rd, :b] = φ'(z[rz, :b])`` (2-D arrays)."""
+    wide_vectors()
     if code == 0:  # sigmoid
         for t in range(b):
             zt = z[rz, t]

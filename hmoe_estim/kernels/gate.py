@@ -10,6 +10,7 @@ from numba import njit
 
 from .rows import combine_rows
 from .vexp import vexp
+from .target import wide_vectors
 
 _FM = {"reassoc", "contract"}
 
@@ -17,6 +18,7 @@ _FM = {"reassoc", "contract"}
 @njit(cache=True, error_model="numpy", fastmath=_FM)
 def pair_products(x, xx, b):
     """``xx[pq, t] = c_pq x[p, t] x[q, t]`` for ``p <= q`` row-major, ``c_pq = 2`` off-diagonal."""
+    wide_vectors()
     D = x.shape[0]
     pq = 0
     for p in range(D):
@@ -47,6 +49,7 @@ def gate_rows(theta, otri, h, N, xx, s, g, work, b):
     b : int
         Number of valid samples in the block.
     """
+    wide_vectors()
     T = xx.shape[0]
     r0 = h * N
     last = r0 + N - 1

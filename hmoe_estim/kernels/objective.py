@@ -39,6 +39,7 @@ from numba import get_num_threads, njit, prange
 from .activations import activation_rows
 from .gate import gate_rows, pair_products
 from .rows import accumulate_dots, combine_rows
+from .target import wide_vectors
 
 BLOCK = 128
 MAX_CHUNKS = 64
@@ -128,6 +129,7 @@ def _forward_block(
     ``vv[h*N + i]`` (value gate); ``u[h*K + k]``; for the output gate ``fo[0] = f_MHA``,
     ``fo[1] = φ(f_MHA)``, ``fo[2] = φ'(f_MHA)``.
     """
+    wide_vectors()
     D = x.shape[0]
     T, o1, o2, P = _offsets(H, N, K, D)
     for d in range(D):
@@ -197,6 +199,7 @@ def _backward_block(
     accumulated as ``G[h, i]`` at ``acc[oG:]`` instead (see the module docstring).
     ``v[i]`` receives ``∂/∂s_i`` (``s_i = xᵀ M[h, i] x``) for the free tokens ``i < N-1``.
     """
+    wide_vectors()
     D = x.shape[0]
     T, o1, o2, P = _offsets(H, N, K, D)
     for h in range(H):
@@ -304,6 +307,7 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
 
 @njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
 def _objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, nthreads):
+    wide_vectors()
     n = XT.shape[1]
     T, o1, o2, P = _offsets(H, N, K, D)
     bv = _mixed_values(theta, H, N, K, D, gate)
@@ -366,6 +370,7 @@ def predict(theta, XT, H, N, K, D, gate, act):
 
 @njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
 def _predict(theta, XT, H, N, K, D, gate, act, nthreads):
+    wide_vectors()
     n = XT.shape[1]
     bv = _mixed_values(theta, H, N, K, D, gate)
     nblocks, nchunks = _chunks(n)

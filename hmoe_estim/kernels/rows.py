@@ -20,12 +20,15 @@ alias checks, the final horizontal sums), so fewer, fuller passes are faster.
 
 from numba import njit
 
+from .target import wide_vectors
+
 _FM = {"reassoc", "contract"}
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)
 def combine_rows(c, c0, J, rows, out, ro, b):
     """``out[ro, :b] = Σ_{j<J} c[c0 + j] rows[j, :b]`` (``J >= 1``)."""
+    wide_vectors()
     j = 0
     while j < J:
         m = min(4, J - j)
@@ -70,6 +73,7 @@ def combine_rows(c, c0, J, rows, out, ro, b):
 @njit(cache=True, error_model="numpy", fastmath=_FM)
 def accumulate_dots(p, pr, q, qr, scale, rows, J, acc, a0, b):
     """``acc[a0 + j] += scale Σ_{t<b} p[pr, t] q[qr, t] rows[j, t]`` for ``j < J``."""
+    wide_vectors()
     j = 0
     while j < J:
         m = min(4, J - j)

@@ -29,6 +29,8 @@ import numba
 import numpy as np
 from numba import njit
 
+from .target import wide_vectors
+
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # ln 2 with the last bits zeroed: k·_LN2_HI is exact
 _LN2_LO = 1.90821492927058770002e-10
@@ -105,5 +107,6 @@ def vexp(x):
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
 def exp_block(x, out, b):
     """``out[:b] = exp(x[:b])`` for 1-D arrays."""
+    wide_vectors()
     for t in range(b):
         out[t] = vexp(x[t])
