@@ -17,10 +17,13 @@ from ._names import ACTIVATION_CODES, GATE_CODES
 
 __all__ = ["StartResult", "run_starts"]
 
-#: Below this many samples the kernels run on one thread: waking a second thread costs more
-#: than it saves (benchmarks/bench_scaling.py: 2 threads are 2x slower at n = 1e3, 1.1-1.4x
-#: faster at 1e4, 1.9x at 1e5).
-SERIAL_BELOW = 5000
+#: Below this many samples (four blocks) the kernels run on one thread: there is little to
+#: split. With the short libgomp spin set at import (``hmoe_estim/__init__.py``) two threads
+#: are faster from a few hundred samples on, also when each call follows 100 µs of other work
+#: as in L-BFGS-B (reference shape (1, 2, 3, 3), value gate: n = 500 15 -> 11 µs, 1000 22 ->
+#: 17 µs, 2000 41 -> 27 µs). Under OMP_WAIT_POLICY=PASSIVE alone (sleep at once) two threads
+#: were 2x slower at n = 1e3, and this threshold was 5000.
+SERIAL_BELOW = 512
 
 
 @dataclass
