@@ -41,7 +41,7 @@ from .gate import gate_rows, pair_products
 from .rows import accumulate_dots, combine_rows
 from .target import wide_vectors
 
-BLOCK = 128
+BLOCK = 256
 MAX_CHUNKS = 64
 _FM = {"reassoc", "contract"}
 # Only the explicit ``prange`` over chunks is parallel: with ``parallel=True`` Numba would also
