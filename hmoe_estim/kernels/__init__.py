@@ -2,4 +2,8 @@
 
 Plain ``@njit(cache=True)`` functions, one concept per module; the estimator code in
 :mod:`hmoe_estim.estimator` calls them through :mod:`hmoe_estim.parameters`' layout.
+
+``objective`` (fused objective + gradient, prediction), ``gate`` (pair products, softmax
+gate), ``activations`` (φ and φ'), ``rows`` (row combinations and dot products), ``vexp``
+(vectorisable ``exp``), ``target`` (full vector width on AVX-512 machines).
 """
