@@ -215,10 +215,13 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 omega_max=self.omega_max, param_bound=self.param_bound,
             )
             starts.append(np.clip(pack(m), lower, upper))
-        # writable C-contiguous copies: Numba compiles a separate specialisation for read-only
-        # arrays (a memory-mapped X would otherwise cost a fresh compilation)
+        # writable C-contiguous float64 copies: Numba compiles a separate specialisation for
+        # read-only arrays (a memory-mapped X would otherwise cost a fresh compilation) and for
+        # integer targets, and a separately compiled kernel may sum in another order: an
+        # integer y then fitted differently from the same y as floats (sklearn's
+        # check_regressors_int caught it)
         XT = np.require(X.T, requirements=["C", "W"])
-        y = np.require(y, requirements=["C", "W"])
+        y = np.require(y, dtype=np.float64, requirements=["C", "W"])
         results = run_starts(
             starts, XT, y, shape, self.gate, self.activation,
             (lower, upper), max_iter=self.max_iter, tol=self.tol,

@@ -79,9 +79,11 @@ def test_default_estimator_fits_any_2d_numeric_X():
 
 
 def test_random_state_reproducible_and_independent_of_n_jobs():
+    # 1200 samples: above optim.SERIAL_BELOW, so n_jobs=1 runs the kernel on all threads and
+    # n_jobs=2 on one thread per worker
     G = _truth(seed=3)
-    X = np.random.default_rng(2).uniform(-1, 1, size=(500, 2))
-    y = regression_function(G, X, gate="value") + 0.05 * np.random.default_rng(4).normal(size=500)
+    X = np.random.default_rng(2).uniform(-1, 1, size=(1200, 2))
+    y = regression_function(G, X, gate="value") + 0.05 * np.random.default_rng(4).normal(size=1200)
     kw = dict(n_experts=3, gate="value", n_starts=3, max_iter=150, random_state=42)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -93,6 +95,24 @@ def test_random_state_reproducible_and_independent_of_n_jobs():
         warnings.simplefilter("ignore", ConvergenceWarning)
         m4 = HMoERegressor(n_jobs=1, **{**kw, "random_state": 7}).fit(X, y).measure_
     assert m4 != m1
+
+
+@pytest.mark.parametrize("gate", ["none", "value"])
+def test_integer_target_fits_like_float_target(gate):
+    # an int64 y used to reach the kernel as int64: a separately compiled specialisation
+    # whose round-off differed, and L-BFGS-B amplified it into a different fit
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 4))
+    y = rng.integers(0, 3, size=60)
+    kw = dict(gate=gate, n_starts=2, max_iter=100, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m_int = HMoERegressor(**kw).fit(X, y).measure_
+        m_float = HMoERegressor(**kw).fit(X, y.astype(float)).measure_
+    assert m_int == m_float
+    from hmoe_estim.kernels.objective import _objective_and_gradient
+
+    assert {str(sig[2].dtype) for sig in _objective_and_gradient.signatures} == {"float64"}
 
 
 def test_clone_params_pickle_pipeline_gridsearch():
