@@ -38,7 +38,7 @@ from numba import get_num_threads, njit, prange
 
 from .activations import activation_rows
 from .gate import gate_rows, pair_products
-from .rows import accumulate_dots, combine_rows
+from .rows import accumulate_dots, combine_rows, gated_sum
 from .target import wide_vectors
 
 BLOCK = 256
@@ -206,11 +206,7 @@ def _backward_block(
         r0 = h * N
         if _linear(gate):
             # f_h = Σ_i g_i z_i;  G[h,i] += Σ_t e g_i x;  ∂/∂s_i = e g_i (z_i − f_h)
-            for t in range(b):
-                fh[t] = g[r0, t] * z[r0, t]
-            for i in range(1, N):
-                for t in range(b):
-                    fh[t] += g[r0 + i, t] * z[r0 + i, t]
+            gated_sum(g, z, r0, N, fh, b)
             for i in range(N):
                 r = r0 + i
                 accumulate_dots(e, 0, g, r, 1.0, x, D, acc, oG + r * D, b)
@@ -249,11 +245,7 @@ def _backward_block(
                     for t in range(b):
                         v[i, t] = g[ri, t] * (v[i, t] - fh[t])
         else:  # value gate: f_h = Σ_i g_i vv_i
-            for t in range(b):
-                fh[t] = g[r0, t] * vv[r0, t]
-            for i in range(1, N):
-                for t in range(b):
-                    fh[t] += g[r0 + i, t] * vv[r0 + i, t]
+            gated_sum(g, vv, r0, N, fh, b)
             for i in range(N):
                 ri = r0 + i
                 for t in range(b):

@@ -13,7 +13,10 @@ the kernel's time.
 gradients with respect to ``a`` (rows = inputs) and ``M`` (rows = pair products); the weight
 of each sample is the product of two rows, formed on the fly.
 
-Both work on four rows at a time (one pass over the block per four rows, the remainder of one
+``gated_sum``: ``out[t] = Σ_i g[r0 + i, t] · vals[r0 + i, t]`` — a head's output
+``f_h = Σ_i g_i v_i`` from its gate and its per-token values.
+
+The first two work on four rows at a time (one pass over the block per four rows, the remainder of one
 to three rows in one more pass): each pass over the block has a fixed cost (loop set-up,
 alias checks, the final horizontal sums), so fewer, fuller passes are faster.
 """
@@ -107,3 +110,14 @@ def accumulate_dots(p, pr, q, qr, scale, rows, J, acc, a0, b):
         if m > 3:
             acc[a0 + j + 3] += scale * s3
         j += m
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM)
+def gated_sum(g, vals, r0, N, out, b):
+    """``out[:b] = Σ_{i<N} g[r0 + i, :b] vals[r0 + i, :b]`` (1-D ``out``)."""
+    wide_vectors()
+    for t in range(b):
+        out[t] = g[r0, t] * vals[r0, t]
+    for i in range(1, N):
+        for t in range(b):
+            out[t] += g[r0 + i, t] * vals[r0 + i, t]
