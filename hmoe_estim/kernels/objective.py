@@ -11,7 +11,7 @@ Layout for speed (SPEC §7): the inputs come transposed, ``XT`` of shape (D, n),
 are processed in blocks of ``BLOCK`` with the block index innermost in every loop, so that
 LLVM vectorises across samples. The products ``c_pq x_p x_q`` are formed once per block and
 shared by every ``M[h, i]``; the gate, the expert values and the activations are computed once
-and reused by the objective and the gradient. Temporaries are per chunk of blocks, 2-D arrays
+and reused by the objective and the gradient. Temporaries are per worker thread, 2-D arrays
 indexed by row — ``(H·N·K, BLOCK)`` at most — so memory is O(n·D) for the data plus
 O(parameters); the loops index rows instead of taking row views (a view costs two atomic
 reference-count updates per row per block in compiled code).
@@ -88,7 +88,7 @@ def _mixed_values(theta, H, N, K, D, gate):
 
 @njit(cache=True)
 def _temporaries(H, N, K, D, gate):
-    """Per-chunk scratch, rows × samples of a block.
+    """Per-worker scratch, rows × samples of a block.
 
     x (D), xx (T), s (N), g (H·N), z (H·N: ``b[h, i]·x`` for the linear gates; H·N·K:
     ``a[h, i, k]·x`` for the SDPA gate; 1 row of scratch for the value gate), φ(z)/φ'(z)
