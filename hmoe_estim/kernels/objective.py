@@ -44,9 +44,9 @@ from .target import wide_vectors
 BLOCK = 256
 MAX_CHUNKS = 64
 _FM = {"reassoc", "contract"}
-# Only the explicit ``prange`` over chunks is parallel: with ``parallel=True`` Numba would also
+# Only the explicit ``prange`` over workers is parallel: with ``parallel=True`` Numba would also
 # turn the ``np.zeros`` of the partial sums into parallel regions, each of which wakes the
-# sleeping worker threads (~80 µs apiece with OMP_WAIT_POLICY=PASSIVE).
+# worker threads (~80 µs apiece when they sleep at once, OMP_WAIT_POLICY=PASSIVE alone).
 _PARALLEL = {
     "prange": True, "numpy": False, "reduction": False, "setitem": False, "stencil": False,
     "comprehension": False, "fusion": False, "inplace_binop": False,
