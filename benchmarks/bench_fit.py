@@ -2,7 +2,7 @@
 
 The problem is SPEC §6's configuration (``D = 3``, ``H* = 1``, ``N* = 2``, ``K* = 2`` fitted with
 ``K = 3``, sigmoid, ``σ = 0.1``, ``x ~ U[-1, 1]^3``, true entries of size ~2), one data set per
-gate. The starting points are drawn once with :func:`hmoe_estim.initialization.random_start`
+gate. The starting points are drawn once with :func:`hmoe_estim.model.random_start`
 and given to every contender:
 
 - ``hmoe``: ``HMoERegressor(init=starts, n_starts=len(starts)).fit(X, y)``, the whole estimator
@@ -13,7 +13,7 @@ and given to every contender:
 
 The loop is the estimator's: ``scipy.optimize.minimize(method="L-BFGS-B", jac=True)`` from
 ``np.clip(pack(start), lower, upper)`` with the bounds of
-:func:`hmoe_estim.parameters.make_bounds` and the options ``maxiter``, ``ftol = gtol = tol``,
+:func:`hmoe_estim.model.make_bounds` and the options ``maxiter``, ``ftol = gtol = tol``,
 ``maxfun = max(15000, 3 maxiter)``, with the BLAS inside SciPy limited to one thread (as the
 estimator does; the NumPy peer's own BLAS keeps its threads). Reported: wall time of all starts, L-BFGS iterations and
 objective+gradient evaluations summed over starts, wall time per evaluation, best final
@@ -145,8 +145,8 @@ def main(argv=None):
     from sklearn.utils import check_random_state
 
     from hmoe_estim import HMoERegressor, make_hmoe_regression
-    from hmoe_estim.initialization import random_start
-    from hmoe_estim.parameters import make_bounds, pack
+    from hmoe_estim.model import random_start
+    from hmoe_estim.model import make_bounds, pack
 
     H, N, K_true, K, D = 1, 2, 2, 3, 3
     shape = (H, N, K, D)

@@ -85,7 +85,6 @@ def main(argv=None):
     limit_threads(args.threads,
                   None if args.omp_wait_policy == "default" else args.omp_wait_policy)
 
-    import numpy as np
 
     import peers as P
     from _common import environment, geomean, time_interleaved, wait_for_quiet

@@ -5,7 +5,7 @@ computes (SPEC §2–3, eq. (3) divided by ``n``)::
 
     L(theta) = (1/n) Σ_j (f_theta(x_j) − y_j)²
 
-with ``theta`` in the layout of :mod:`hmoe_estim.parameters`::
+with ``theta`` in the layout of :mod:`hmoe_estim.model`::
 
     theta = [ omega (H*K) | upper triangles of M[h, i], i < N-1 (H*(N-1)*T) | a (H*N*K*D) ]
 

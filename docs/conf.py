@@ -69,9 +69,9 @@ nitpick_ignore_regex = [
 
 # -- autodoc / autosummary / numpydoc ----------------------------------------------------------
 #: Submodules with a page of their own in the API reference (see api.rst).
-API_SUBMODULES = (
-    "attention", "initialization", "config", "study", "results", "rates", "plotting",
-)
+API_SUBMODULES = ("model", "solvers", "metrics", "attention", "study")
+#: Subpackages shown on the API page by their docstring only (every public name is top-level).
+API_LAYOUT_ONLY = ("estimators", "datasets", "kernels")
 
 
 def _module_constants(name):
@@ -92,8 +92,16 @@ def _module_constants(name):
     ]
 
 
+def _toplevel_names():
+    """Public names of ``hmoe_estim`` itself: documented once, on their top-level page."""
+    import hmoe_estim
+
+    return list(hmoe_estim.__all__)
+
+
 autosummary_context = {
-    "module_constants": {f"hmoe_estim.{m}": _module_constants(m) for m in API_SUBMODULES}
+    "module_constants": {f"hmoe_estim.{m}": _module_constants(m) for m in API_SUBMODULES},
+    "toplevel_names": _toplevel_names(),
 }
 autosummary_generate = True
 autosummary_imported_members = False
@@ -185,7 +193,7 @@ def _drop_type_docstring(app, what, name, obj, options, lines):
 class CommandHelp(Directive):
     """``.. command-help:: [SUBCOMMAND]`` — the ``--help`` text of ``hmoe-estim`` as a literal block.
 
-    Generated from :func:`hmoe_estim.cli.build_parser` at build time, so the page cannot drift
+    Generated from :func:`hmoe_estim.study.build_parser` at build time, so the page cannot drift
     from the code.
     """
 
@@ -194,7 +202,7 @@ class CommandHelp(Directive):
     def run(self):
         import argparse
 
-        from hmoe_estim.cli import build_parser
+        from hmoe_estim.study import build_parser
 
         os.environ["COLUMNS"] = "92"  # argparse wraps to the terminal width
         parser = build_parser()
@@ -221,9 +229,9 @@ def _resolve_aliases(app, env, node, contnode):
     candidates = [f"hmoe_estim.{short}"]
     if module:
         candidates.append(f"{module}.{target}")
-    # e.g. VoronoiDetails -> hmoe_estim.voronoi.VoronoiDetails,
-    # ModelSpec.key inside hmoe_estim.study -> hmoe_estim.config.ModelSpec.key
-    for sub in API_SUBMODULES + ("voronoi", "scorers"):
+    # e.g. VoronoiDetails -> hmoe_estim.metrics.VoronoiDetails,
+    # ModelSpec.key inside hmoe_estim.study -> hmoe_estim.study.ModelSpec.key
+    for sub in API_SUBMODULES + API_LAYOUT_ONLY:
         candidates.append(f"hmoe_estim.{sub}.{target}")
     py = env.get_domain("py")
     for candidate in candidates:

@@ -6,7 +6,7 @@ identifiable as the sample grows? — asked with scikit-learn's own tools: fit a
 score each fit with :func:`hmoe_estim.make_voronoi_scorer`, which compares the fitted mixing
 measure with ``G*`` (the test split is not used by this scorer: the loss is a property of the
 parameters). The slope of ``log loss`` against ``log n`` is then fitted with
-:func:`hmoe_estim.rates.fit_power_law`.
+:func:`hmoe_estim.study.fit_power_law`.
 
 For a whole study — several models, replications, resumable and parallel runs, bootstrap
 intervals, plots — use the command line: ``hmoe-estim reproduce --quick``.
@@ -20,12 +20,11 @@ Run::
 import argparse
 import warnings
 
-import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import ShuffleSplit, learning_curve
 
 from hmoe_estim import G2Regressor, make_hmoe_regression, make_voronoi_scorer, random_measure
-from hmoe_estim.rates import fit_power_law
+from hmoe_estim.study import fit_power_law
 
 
 def run(n_samples=4000, train_sizes=(0.1, 0.25, 0.5, 1.0), n_splits=3, n_starts=2,

@@ -1,7 +1,7 @@
-"""``python -m hmoe_estim`` runs the ``hmoe-estim`` command (:func:`hmoe_estim.cli.main`)."""
+"""``python -m hmoe_estim`` runs the ``hmoe-estim`` command (:func:`hmoe_estim.study.main`)."""
 
 import sys
 
-from .cli import main
+from .study._cli import main
 
 sys.exit(main())

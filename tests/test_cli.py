@@ -12,9 +12,9 @@ import tomllib
 import numpy as np
 import pytest
 
-from hmoe_estim.cli import main
-from hmoe_estim.config import ConfigError, StudyConfig, load_config, load_preset
-from hmoe_estim.results import read_results
+from hmoe_estim.study import main
+from hmoe_estim.study import ConfigError, StudyConfig, load_config, load_preset
+from hmoe_estim.study import read_results
 
 TINY_TOML = """
 name = "tiny"

@@ -25,9 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
 #: Submodules whose public names (their ``__all__``) must each have an API page.
-DOCUMENTED_MODULES = (
-    "attention", "initialization", "config", "study", "results", "rates", "plotting",
-)
+DOCUMENTED_MODULES = ("model", "solvers", "metrics", "attention", "study")
 #: Top-level names documented on the API page itself rather than on a generated page.
 CONSTANTS = ("GATES", "ACTIVATIONS", "__version__")
 
@@ -101,6 +99,9 @@ def test_every_public_name_has_an_api_page(build):
         for name in getattr(module, "__all__", []):
             full = f"hmoe_estim.{module_name}.{name}"
             # classes and functions get a page; constants are documented on the module's page
+            # names exported at the top level as well are documented once, there
+            if name in hmoe_estim.__all__:
+                continue
             if not (generated / f"{full}.html").is_file() and f'id="{full}"' not in module_html:
                 missing.append(f"{module_name}.{name}")
     assert not missing, f"public names without an API page: {missing}"

@@ -20,7 +20,7 @@ from hmoe_estim import (
     MixingMeasure,
     regression_function,
 )
-from hmoe_estim.initialization import split_heaviest_channel
+from hmoe_estim.model import split_heaviest_channel
 
 from .reference import random_arrays
 

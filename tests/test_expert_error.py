@@ -5,7 +5,7 @@ import pytest
 
 from hmoe_estim import MixingMeasure, regression_function
 
-from hmoe_estim.expert_metrics import expert_error, regression_error
+from hmoe_estim.metrics import expert_error, regression_error
 
 from .reference import f_ref, phi_ref, random_arrays
 from .test_voronoi import slow_branches, slow_cells, slow_pair_cost, split_fit, true_measure

@@ -7,7 +7,7 @@ from hmoe_estim import MixingMeasure, regression_function
 from hmoe_estim._names import ACTIVATION_CODES, ACTIVATIONS, GATE_CODES, GATES
 from hmoe_estim.kernels.activations import activation_values
 from hmoe_estim.kernels.objective import BLOCK, objective_and_gradient, predict
-from hmoe_estim.parameters import make_bounds, n_params, pack, unpack
+from hmoe_estim.model import make_bounds, n_params, pack, unpack
 
 from .reference import f_ref, phi_ref, random_arrays
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from hmoe_estim import MixingMeasure, regression_function
-from hmoe_estim.parameters import make_bounds, n_params, pack, unpack
+from hmoe_estim.model import make_bounds, n_params, pack, unpack
 
 from .reference import random_arrays
 

@@ -1,4 +1,4 @@
-"""Learning-curve plots (hmoe_estim.plotting) and the progress bar (hmoe_estim.progress)."""
+"""Learning-curve plots (hmoe_estim.study) and the progress bar (hmoe_estim.study)."""
 
 import io
 import sys
@@ -6,9 +6,9 @@ import sys
 import numpy as np
 import pytest
 
-from hmoe_estim.plotting import PlottingError, plot_learning_curves
-from hmoe_estim.progress import ProgressBar, format_duration
-from hmoe_estim.rates import rates_from_records
+from hmoe_estim.study import PlottingError, plot_learning_curves
+from hmoe_estim.study import ProgressBar, format_duration
+from hmoe_estim.study import rates_from_records
 
 
 def _records():

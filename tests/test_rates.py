@@ -1,4 +1,4 @@
-"""Rate fitting (hmoe_estim.rates): known exponents are recovered, with honest intervals."""
+"""Rate fitting (hmoe_estim.study): known exponents are recovered, with honest intervals."""
 
 import json
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from hmoe_estim.rates import (
+from hmoe_estim.study import (
     fit_log_law,
     fit_power_law,
     fit_rates,

@@ -19,7 +19,7 @@ from hmoe_estim import (
     regression_function,
     voronoi_loss,
 )
-from hmoe_estim.expert_metrics import expert_error, regression_error
+from hmoe_estim.metrics import expert_error, regression_error
 
 from .reference import random_arrays
 

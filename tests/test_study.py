@@ -1,4 +1,4 @@
-"""Study runner (hmoe_estim.study, hmoe_estim.results): seeds, resume, crash safety, Dask."""
+"""Study runner (hmoe_estim.study, hmoe_estim.study): seeds, resume, crash safety, Dask."""
 
 import fcntl
 import hashlib
@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from hmoe_estim.config import StudyConfig
-from hmoe_estim.results import REQUIRED_KEYS, ResultsError, ResultsWriter, read_results
+from hmoe_estim.study import StudyConfig
+from hmoe_estim.study import REQUIRED_KEYS, ResultsError, ResultsWriter, read_results
 from hmoe_estim.study import (
     StudyError,
     fit_seed,
@@ -110,10 +110,10 @@ def test_study_writes_every_fit_once(done_study):
 
 def test_metrics_match_direct_computation(done_study):
     """A record's metrics equal the metric functions applied to its stored fitted measure."""
-    from hmoe_estim.expert_metrics import regression_error
-    from hmoe_estim.measure import MixingMeasure
+    from hmoe_estim.metrics import regression_error
+    from hmoe_estim.model import MixingMeasure
     from hmoe_estim.study import reference_sample_for
-    from hmoe_estim.voronoi import voronoi_loss
+    from hmoe_estim.metrics import voronoi_loss
 
     cfg, out, _ = done_study
     rec = read_results(out / "results.jsonl")[0][0]
@@ -281,7 +281,7 @@ def test_unreachable_scheduler():
 
 # -- start strategies ----------------------------------------------------------------------
 def test_near_truth_starts_reproduce_truth_without_noise():
-    from hmoe_estim.regression import regression_function
+    from hmoe_estim.model import regression_function
 
     cfg = tiny()
     truth = true_measure(cfg)

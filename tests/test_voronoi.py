@@ -8,7 +8,7 @@ from .reference import gate_ref, phi_ref, random_arrays
 from scipy.optimize import linear_sum_assignment
 
 from hmoe_estim import MixingMeasure, voronoi_cells, voronoi_loss
-from hmoe_estim.branches import match_tokens, token_cost_tables
+from hmoe_estim.metrics._branches import match_tokens, token_cost_tables
 
 # --------------------------------------------------------------------------------------
 # independent slow evaluation, written from SPEC §4

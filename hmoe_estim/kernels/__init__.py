@@ -1,7 +1,7 @@
 """Numba kernels: activations, the token gate, and the fused objective and gradient.
 
 Plain ``@njit(cache=True)`` functions, one concept per module; the estimator code in
-:mod:`hmoe_estim.estimator` calls them through :mod:`hmoe_estim.parameters`' layout.
+``hmoe_estim/estimators/_regressor.py`` calls them through ``hmoe_estim/model/_parameters.py``' layout.
 
 ``objective`` (fused objective + gradient, prediction), ``gate`` (pair products, softmax
 gate), ``activations`` (φ and φ'), ``rows`` (row combinations and dot products), ``vexp``

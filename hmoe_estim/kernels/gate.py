@@ -1,7 +1,7 @@
 """The token gate ``g[h, i](x) = softmax_i(xᵀ M[h, i] x)`` on a block of samples (SPEC §1).
 
 ``M[h, N-1] = 0`` (assumption (A.3)), so only the ``N-1`` free matrices are stored, as upper
-triangles (see :mod:`hmoe_estim.parameters`). The quadratic forms use the pair products
+triangles (see ``hmoe_estim/model/_parameters.py``). The quadratic forms use the pair products
 ``xx[pq] = c_pq x_p x_q`` shared by every ``M[h, i]``. The softmax subtracts the row maximum
 before ``exp``: no overflow for any finite input.
 """
@@ -37,7 +37,7 @@ def gate_rows(theta, otri, h, N, xx, s, g, work, b):
     ----------
     theta : ndarray (P,)
         Parameter vector; the upper triangles of ``M[h, 0..N-2]`` start at ``otri``
-        (offset of the ``M`` part, :mod:`hmoe_estim.parameters`).
+        (offset of the ``M`` part, ``hmoe_estim/model/_parameters.py``).
     xx : ndarray (T, B)
         Pair products from :func:`pair_products`.
     s : ndarray (N, B)

@@ -1,7 +1,7 @@
 """Fused least-squares objective and analytic gradient of the HMoE models (SPEC §2–3).
 
 One pass over the samples computes, for ``theta`` in the layout of
-:mod:`hmoe_estim.parameters`,
+``hmoe_estim/model/_parameters.py``,
 
     objective(theta) = (1/n) Σ_j (f_theta(x_j) − y_j)²          (eq. (3), divided by n)
 
@@ -57,7 +57,7 @@ GATE_NONE, GATE_VALUE, GATE_SDPA, GATE_OUTPUT = 0, 1, 2, 3
 
 @njit(cache=True)
 def _offsets(H, N, K, D):
-    """Offsets of ``M`` and ``a`` in ``theta`` and its length (:mod:`hmoe_estim.parameters`)."""
+    """Offsets of ``M`` and ``a`` in ``theta`` and its length (``hmoe_estim/model/_parameters.py``)."""
     T = D * (D + 1) // 2
     o1 = H * K
     o2 = o1 + H * (N - 1) * T
@@ -280,7 +280,7 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
     Parameters
     ----------
     theta : ndarray of shape (P,)
-        Parameters in the layout of :mod:`hmoe_estim.parameters`.
+        Parameters in the layout of ``hmoe_estim/model/_parameters.py``.
     XT : ndarray of shape (D, n), C-contiguous
         Inputs, transposed.
     y : ndarray of shape (n,)

@@ -62,7 +62,7 @@ def plot_learning_curves(records, path, *, rates=None, metrics=PLOT_METRICS, lab
     path : str
         Output file (PNG).
     rates : dict or None
-        :func:`hmoe_estim.rates.rates_from_records` output; the power laws are drawn from it
+        :func:`hmoe_estim.study.rates_from_records` output; the power laws are drawn from it
         (models or metrics missing from it are drawn without a fitted line).
     metrics : sequence of str, default=PLOT_METRICS
         One panel each; metrics absent from every record are skipped.

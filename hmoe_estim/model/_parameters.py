@@ -11,7 +11,7 @@ order, so ``xᵀ M x = Σ_{p<=q} c_pq M[p,q] x_p x_q`` with ``c_pq = 1`` on the 
 
 import numpy as np
 
-from .measure import MixingMeasure
+from ._measure import MixingMeasure
 
 __all__ = ["n_params", "pack", "unpack", "triangle_indices", "make_bounds"]
 

@@ -10,10 +10,10 @@
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ._names import check_activation, check_gate
-from ._validation import check_count, check_positive
-from .measure import MixingMeasure
-from .regression import regression_function
+from .._names import check_activation, check_gate
+from .._validation import check_count, check_positive
+from ..model._measure import MixingMeasure
+from ..model._regression import regression_function
 
 __all__ = ["random_measure", "make_hmoe_regression"]
 

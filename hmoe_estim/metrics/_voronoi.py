@@ -8,7 +8,7 @@ For a fitted measure ``G`` (channels ``(h', k')``) and the true ``G*`` (channels
 2. **Token matching.** Inside a pair, fitted token ``π(i)`` is matched to true token ``i`` by
    the permutation minimising ``Σ_i ‖ΔM_i‖_F^e + ‖Δa_i‖^e`` *up to the softmax translation
    gauge*: ``ΔM_i = (M[h',π(i)] − M[h',π(N-1)]) − (M*[h,i] − M*[h,N-1])``,
-   ``Δa_i = a[h',π(i),k'] − a*[h,i,k]`` (see :mod:`hmoe_estim.branches`).
+   ``Δa_i = a[h',π(i),k'] − a*[h,i,k]`` (see ``hmoe_estim/metrics/_branches.py``).
 3. **Loss.** ``Σ_{h,k} |Σ_{V[h,k]} ω[h',k'] − ω*[h,k]|``
    ``+ Σ_{h,k} Σ_{V[h,k]} ω[h',k'] Σ_i (‖ΔM_i‖_F^e + ‖Δa_i‖^e)`` with ``e = r`` for ``L_{1,r}``
    (excerpt, any integer ``r >= 1``) and, for ``L_2`` [reconstructed], ``e = 1`` in cells holding
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._names import check_activation, check_gate
-from .branches import (
+from .._names import check_activation, check_gate
+from ._branches import (
     DEFAULT_N_REF,
     branch_distances,
     branch_functions,

@@ -20,7 +20,7 @@ import inspect
 import numpy as np
 from sklearn.exceptions import NotFittedError
 
-from .measure import MixingMeasure
+from ..model._measure import MixingMeasure
 
 __all__ = [
     "make_voronoi_scorer",

@@ -2,10 +2,10 @@
 
 import numpy as np
 
-from ._names import ACTIVATION_CODES, GATE_CODES, check_activation, check_gate
-from .kernels.objective import predict as _predict_kernel
-from .measure import MixingMeasure
-from .parameters import pack
+from .._names import ACTIVATION_CODES, GATE_CODES, check_activation, check_gate
+from ..kernels.objective import predict as _predict_kernel
+from ._measure import MixingMeasure
+from ._parameters import pack
 
 __all__ = ["regression_function"]
 

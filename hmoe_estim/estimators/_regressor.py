@@ -17,13 +17,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._names import GATE_LABELS, check_activation, check_gate
-from ._validation import check_count, check_positive
-from .initialization import check_init_measure, random_start
-from .measure import MixingMeasure
-from .optim import run_starts
-from .parameters import make_bounds, n_params, pack, unpack
-from .regression import evaluate
+from .._names import GATE_LABELS, check_activation, check_gate
+from .._validation import check_count, check_positive
+from ..model._starts import check_init_measure, random_start
+from ..model._measure import MixingMeasure
+from ..solvers._multistart import run_starts
+from ..model._parameters import make_bounds, n_params, pack, unpack
+from ..model._regression import evaluate
 
 __all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor"]
 
@@ -63,7 +63,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         ``0 <= omega <= omega_max`` (A.1, A.2).
     init : "random", MixingMeasure or list of MixingMeasure, default="random"
         Starting points. Given measures (for example the fit at a smaller ``n``, or
-        :func:`~hmoe_estim.initialization.split_heaviest_channel` of a ``K-1`` fit) are used as
+        :func:`~hmoe_estim.model.split_heaviest_channel` of a ``K-1`` fit) are used as
         the first starts, clipped to the box; random starts fill up to ``n_starts``.
     n_jobs : int or None, default=None
         Starts run in parallel through joblib. The result does not depend on ``n_jobs``.

@@ -62,7 +62,7 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 
-from ._names import ACTIVATIONS, GATE_LABELS, GATES
+from .._names import ACTIVATIONS, GATE_LABELS, GATES
 
 __all__ = [
     "ConfigError",
@@ -79,7 +79,7 @@ __all__ = [
     "INIT_CHOICES",
 ]
 
-#: Built-in presets shipped as ``hmoe_estim/presets/<name>.toml``.
+#: Built-in presets shipped as ``hmoe_estim/study/presets/<name>.toml``.
 PRESETS = ("quick", "full")
 #: Start strategies of the fit; "near-truth" is an oracle (SPEC §5).
 INIT_CHOICES = ("random", "near-truth")
@@ -197,7 +197,7 @@ class GridConfig:
 
 @dataclass(frozen=True)
 class FitConfig:
-    """Estimator settings (:class:`~hmoe_estim.estimator.HMoERegressor`) and start strategy.
+    """Estimator settings (:class:`~hmoe_estim.estimators.HMoERegressor`) and start strategy.
 
     ``n_experts`` None means ``K* + 1``.
     """
@@ -406,7 +406,7 @@ def _models(raw, default_activation):
 
 
 def _measure_dict(raw, where):
-    from .measure import MixingMeasure
+    from ..model._measure import MixingMeasure
 
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} must be a table with omega, M and a.")
@@ -547,7 +547,7 @@ def _from_dict(d, base_dir=None):
         n_ref=_int(met_raw.get("n_ref", 20000), "metrics.n_ref", 100),
         ref_seed=_int(met_raw.get("ref_seed", 0), "metrics.ref_seed", 0),
     )
-    from .parameters import n_params
+    from ..model._parameters import n_params
 
     P = n_params(truth.n_heads, truth.n_tokens, fit.n_experts, truth.n_features)
     if grid.n[0] < P:
@@ -619,7 +619,7 @@ def load_preset(name):
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {list(PRESETS)}.")
     try:
-        text = resources.files("hmoe_estim").joinpath("presets", f"{name}.toml").read_text("utf-8")
+        text = resources.files("hmoe_estim.study").joinpath("presets", f"{name}.toml").read_text("utf-8")
     except OSError as exc:
         raise ConfigError(
             f"the preset file presets/{name}.toml is missing from this installation ({exc}); "

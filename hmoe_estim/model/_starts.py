@@ -11,7 +11,7 @@ Starting near the true measure is an oracle: the study runner labels it as such.
 
 import numpy as np
 
-from .measure import MixingMeasure
+from ._measure import MixingMeasure
 
 __all__ = ["random_start", "split_heaviest_channel", "check_init_measure"]
 

@@ -19,9 +19,9 @@ import numbers
 
 import numpy as np
 
-from ._names import ACTIVATION_CODES, check_activation, check_gate
-from .kernels.activations import activation_values
-from .measure import MixingMeasure
+from .._names import ACTIVATION_CODES, check_activation, check_gate
+from ..kernels.activations import activation_values
+from ..model._measure import MixingMeasure
 
 __all__ = ["multihead_attention", "attention_to_measure"]
 

@@ -18,9 +18,8 @@ run exits with 130.
 import argparse
 import os
 import sys
-import time
 
-from . import __version__
+from .. import __version__
 
 __all__ = ["main", "build_parser"]
 
@@ -108,8 +107,8 @@ def _labels(config):
 
 
 def _summarise(out, config, records, *, eps=None, n_boot=2000, plot=True):
-    from .rates import format_rates_table
-    from .study import fit_diagnostics, format_diagnostics, write_rates
+    from ._rates import format_rates_table
+    from ._diagnostics import fit_diagnostics, format_diagnostics, write_rates
 
     rates = write_rates(out, records=records, config=config, eps=eps, n_boot=n_boot)
     print(format_rates_table(rates, labels=_labels(config)))
@@ -122,7 +121,7 @@ def _summarise(out, config, records, *, eps=None, n_boot=2000, plot=True):
 
 
 def _plot(out, config, records, rates, path=None):
-    from .plotting import PlottingError, plot_learning_curves
+    from ._plotting import PlottingError, plot_learning_curves
 
     path = path or os.path.join(out, "learning_curves.png")
     title = f"{config.name}: K={config.fit.n_experts} fitted, K*={config.truth.n_experts}, " \
@@ -137,7 +136,10 @@ def _plot(out, config, records, rates, path=None):
 
 
 def _run(args, config, default_out):
-    from .study import dask_backend, load_study, run_study, sort_records
+    from ._dask import dask_backend
+    from ._diagnostics import sort_records
+    from ._runner import run_study
+    from ._store import load_study
 
     if args.near_truth and config.fit.init != "near-truth":
         config = config.with_changes(fit={"init": "near-truth"}, name=config.name + "-near-truth")
@@ -159,7 +161,7 @@ def _run(args, config, default_out):
             summary = run_study(config, out, n_jobs=-1, backend_name="dask", **kwargs)
     else:
         summary = run_study(config, out, n_jobs=args.n_jobs, **kwargs)
-    from .progress import format_duration
+    from ._progress import format_duration
 
     print(f"hmoe-estim: {summary['n_run']} fits run, {summary['n_skipped']} already done, "
           f"wall time {format_duration(summary['wall_seconds'])} "
@@ -172,7 +174,7 @@ def _run(args, config, default_out):
     try:
         _summarise(out, config, records, plot=not args.no_plot)
     except Exception as exc:  # rates of a partial study may be impossible (one n only)
-        from .study import StudyError
+        from ._store import StudyError
 
         if not isinstance(exc, (ValueError, StudyError)):
             raise
@@ -181,7 +183,7 @@ def _run(args, config, default_out):
 
 
 def _dispatch(args):
-    from .config import load_config, load_preset
+    from ._config import load_config, load_preset
 
     if args.command == "reproduce":
         preset = args.preset or "quick"
@@ -190,7 +192,7 @@ def _dispatch(args):
         config = load_config(args.config)
         return _run(args, config, f"study-{config.name}")
     if args.command == "rates":
-        from .study import load_study
+        from ._store import load_study
 
         if args.n_boot < 1:
             raise UsageError("--n-boot must be >= 1.")
@@ -200,11 +202,11 @@ def _dispatch(args):
         _summarise(args.out, config, records, eps=args.eps, n_boot=args.n_boot, plot=False)
         return 0
     if args.command == "plot":
-        from .plotting import PlottingError, plot_learning_curves
-        from .rates import rates_from_records
-        from .study import StudyError, load_study
+        from ._plotting import plot_learning_curves
+        from ._rates import rates_from_records
+        from ._store import StudyError, load_study
 
-        from .study import sort_records
+        from ._diagnostics import sort_records
 
         config, records = load_study(args.out)
         records = sort_records(config, records)
@@ -221,7 +223,7 @@ def _dispatch(args):
         from importlib import resources
 
         load_preset(args.name)  # clear error if the file is missing or invalid
-        text = resources.files("hmoe_estim").joinpath("presets", f"{args.name}.toml")
+        text = resources.files("hmoe_estim.study").joinpath("presets", f"{args.name}.toml")
         sys.stdout.write(text.read_text("utf-8"))
         return 0
     raise AssertionError(args.command)  # pragma: no cover
@@ -229,10 +231,10 @@ def _dispatch(args):
 
 def main(argv=None):
     """Entry point of ``hmoe-estim`` (and ``python -m hmoe_estim``); returns the exit status."""
-    from .config import ConfigError
-    from .plotting import PlottingError
-    from .results import ResultsError
-    from .study import StudyError
+    from ._config import ConfigError
+    from ._plotting import PlottingError
+    from ._results import ResultsError
+    from ._store import StudyError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -13,7 +13,7 @@ from joblib import Parallel, delayed
 from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 
-from ._names import ACTIVATION_CODES, GATE_CODES
+from .._names import ACTIVATION_CODES, GATE_CODES
 
 __all__ = ["StartResult", "run_starts"]
 
@@ -52,7 +52,7 @@ def _run_one(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol
 
 
 def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol):
-    from .kernels.objective import objective_and_gradient
+    from ..kernels.objective import objective_and_gradient
 
     H, N, K, D = shape
     g, act = GATE_CODES[gate], ACTIVATION_CODES[activation]
@@ -91,7 +91,7 @@ def run_starts(starts, XT, y, shape, gate, activation, bounds, *, max_iter, tol,
     Parameters
     ----------
     starts : list of ndarray
-        Packed starting points (:mod:`hmoe_estim.parameters` layout).
+        Packed starting points (``hmoe_estim/model/_parameters.py`` layout).
     XT : ndarray (D, n)
         Transposed inputs, C-contiguous.
     y : ndarray (n,)

@@ -24,10 +24,10 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from ._names import ACTIVATION_CODES, check_activation, check_gate
-from .kernels.activations import activation_values
-from .measure import MixingMeasure
-from .regression import check_inputs
+from .._names import ACTIVATION_CODES, check_activation, check_gate
+from ..kernels.activations import activation_values
+from ..model._measure import MixingMeasure
+from ..model._regression import check_inputs
 
 __all__ = [
     "DEFAULT_N_REF",

@@ -19,8 +19,8 @@ when a true expert is missed.
 
 import numpy as np
 
-from ._names import check_activation, check_gate
-from .branches import (
+from .._names import check_activation, check_gate
+from ._branches import (
     DEFAULT_N_REF,
     check_measure_pair,
     match_tokens,
@@ -29,8 +29,8 @@ from .branches import (
     resolve_expert,
     token_cost_tables,
 )
-from .regression import regression_function
-from .voronoi import _voronoi_details, voronoi_cells
+from ..model._regression import regression_function
+from ._voronoi import _voronoi_details, voronoi_cells
 
 __all__ = ["expert_error", "regression_error", "WEIGHTINGS"]
 
@@ -112,7 +112,7 @@ def expert_error(
     --------
     >>> import numpy as np
     >>> from hmoe_estim import MixingMeasure
-    >>> from hmoe_estim.expert_metrics import expert_error
+    >>> from hmoe_estim.metrics import expert_error
     >>> M = np.zeros((1, 2, 2, 2)); M[0, 0] = np.eye(2)
     >>> G = MixingMeasure([[1.0]], M, np.arange(4.0).reshape(1, 2, 1, 2))
     >>> G_hat = MixingMeasure([[1.0]], M, G.a + 0.1)
@@ -209,7 +209,7 @@ def regression_error(
     --------
     >>> import numpy as np
     >>> from hmoe_estim import MixingMeasure
-    >>> from hmoe_estim.expert_metrics import regression_error
+    >>> from hmoe_estim.metrics import regression_error
     >>> G = MixingMeasure([[1.0]], np.zeros((1, 2, 2, 2)), np.ones((1, 2, 1, 2)))
     >>> G_hat = MixingMeasure([[1.1]], G.M, G.a)
     >>> round(regression_error(G_hat, G, X_ref=[[1.0, 1.0]]), 6)

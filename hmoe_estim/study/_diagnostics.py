@@ -1,0 +1,82 @@
+"""What a finished study says: per-model fit diagnostics and the rates written to ``rates.json``."""
+
+import os
+
+import numpy as np
+
+from ._store import RATES_FILE, StudyError, _write_json_atomic, load_study
+
+__all__ = ["fit_diagnostics", "format_diagnostics", "sort_records", "write_rates"]
+
+
+def fit_diagnostics(records):
+    """Per model: fits, converged share, share of fits worse than ``G*`` on their own data,
+    median fit seconds and mean weight of extra atoms.
+
+    ``worse_than_truth`` (objective above the true measure's objective on the same data, with
+    ``K >= K*``) certainly marks a fit that missed the least-squares optimum — a local optimum
+    of the multi-start search, not a statistical effect.
+    """
+    out = {}
+    for rec in records:
+        out.setdefault(rec["model"], []).append(rec)
+    table = {}
+    for model, recs in out.items():
+        worse = [r.get("worse_than_truth") for r in recs if r.get("worse_than_truth") is not None]
+        table[model] = {
+            "fits": len(recs),
+            "converged": float(np.mean([bool(r["converged"]) for r in recs])),
+            "worse_than_truth": float(np.mean(worse)) if worse else None,
+            "median_fit_seconds": float(np.median([r["fit_seconds"] for r in recs])),
+            "total_fit_seconds": float(np.sum([r["fit_seconds"] for r in recs])),
+            "mean_extra_weight": float(np.mean([r.get("extra_weight", 0.0) for r in recs])),
+        }
+    return table
+
+
+def format_diagnostics(table, labels=None):
+    """Plain-text table of :func:`fit_diagnostics`."""
+    head = (f"{'model':<12} {'fits':>5} {'converged':>10} {'worse than G*':>14} "
+            f"{'median fit s':>13} {'total fit s':>12} {'extra weight':>13}")
+    lines = [head, "-" * len(head)]
+    for model, d in table.items():
+        name = labels.get(model, model) if labels else model
+        worse = "-" if d["worse_than_truth"] is None else f"{100 * d['worse_than_truth']:.0f}%"
+        lines.append(
+            f"{name:<12} {d['fits']:>5} {100 * d['converged']:>9.0f}% {worse:>14} "
+            f"{d['median_fit_seconds']:>13.2f} {d['total_fit_seconds']:>12.1f} "
+            f"{d['mean_extra_weight']:>13.3f}"
+        )
+    return "\n".join(lines)
+
+
+def sort_records(config, records):
+    """Records in the canonical order (config's model order, then ``n``, then ``rep``).
+
+    Results arrive in completion order, which depends on the machine; sorting makes the rates
+    (including their bootstrap intervals) independent of how the study was run.
+    """
+    order = {m.name: j for j, m in enumerate(config.models)}
+    return sorted(records, key=lambda r: (order.get(r["model"], len(order)), r["n"], r["rep"]))
+
+
+def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metrics=None,
+                stream=None):
+    """Fit the rates of every model and metric of ``out`` and write ``OUT/rates.json``.
+
+    Returns
+    -------
+    dict
+        ``{model: {metric: {...}}}`` as written (see :func:`hmoe_estim.study.fit_rates`).
+    """
+    from ._rates import RATE_METRICS, rates_from_records
+
+    if records is None or config is None:
+        config, records = load_study(out, stream=stream)
+    records = sort_records(config, records)
+    if not records:
+        raise StudyError(f"{out} has no finished fits yet; run the study first.")
+    rates = rates_from_records(records, metrics=metrics or RATE_METRICS, eps=eps, n_boot=n_boot,
+                               random_state=config.seed)
+    _write_json_atomic(os.path.join(out, RATES_FILE), rates)
+    return rates

@@ -1,0 +1,152 @@
+"""Run (or resume) a study: the fits still to do, in parallel, each written as it finishes.
+
+Fits run through joblib (loky processes locally, or any joblib backend such as Dask that is
+active around :func:`run_study`); results arrive unordered and each is appended at once to
+``OUT/results.jsonl``. When fits run in parallel each worker sets Numba to one thread; the
+kernels' sums do not depend on the thread count, so the numbers are the same whichever way
+the study runs. Re-running with the same ``OUT`` skips finished fits.
+"""
+
+import os
+import platform
+import socket
+import sys
+import time
+
+from .. import __version__
+from ._fit import run_fit
+from ._plan import plan_fits
+from ._progress import ProgressBar
+from ._results import RESULTS_FILE, ResultsWriter, record_key
+from ._store import RUNS_FILE, StudyError, _check_out_path, _locked, load_study, prepare_out
+
+__all__ = ["run_study"]
+
+#: ETA model of the progress bar: a fit costs like ``n + FIT_OVERHEAD_SAMPLES`` samples.
+FIT_OVERHEAD_SAMPLES = 5000
+
+
+def _n_cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+def _results(config, truth, tasks, n_jobs, backend_active):
+    from joblib import Parallel, delayed, effective_n_jobs
+
+    if not backend_active and effective_n_jobs(n_jobs) == 1:
+        # sequential: Numba's own threads parallelise each fit
+        for name, n, rep, seed in tasks:
+            yield run_fit(config, truth, name, n, rep, seed, numba_threads=None)
+        return
+    parallel = Parallel(n_jobs=n_jobs, return_as="generator_unordered", batch_size=1,
+                        pre_dispatch="all" if backend_active else "2*n_jobs")
+    yield from parallel(
+        delayed(run_fit)(config, truth, name, n, rep, seed, 1) for name, n, rep, seed in tasks
+    )
+
+
+def run_study(config, out, *, n_jobs=-1, backend_name=None, progress=True, stream=None,
+              max_fits=None):
+    """Run (or resume) a study into ``out``.
+
+    Parameters
+    ----------
+    config : StudyConfig
+    out : str or path
+        Output directory (created if missing).
+    n_jobs : int, default=-1
+        Parallel fits (joblib convention: -1 = all cores). With ``1`` fits run one after the
+        other and Numba uses all cores inside each fit.
+    backend_name : str or None
+        Name of an active joblib backend context entered by the caller (e.g. ``"dask"`` inside
+        :func:`dask_backend`); recorded in ``runs.jsonl``. Fits are then dispatched to it.
+    progress : bool, default=True
+        Show the progress bar on ``stream``.
+    stream : file-like or None
+        Messages and progress (default stderr).
+    max_fits : int or None
+        Run at most this many of the remaining fits (for measuring a slice).
+
+    Returns
+    -------
+    dict
+        ``n_total``, ``n_skipped`` (already done), ``n_run``, ``n_failed``, ``failures`` (list
+        of ``(key, error)``), ``wall_seconds``, ``out``.
+
+    Raises
+    ------
+    StudyError
+        ``OUT`` unusable or holding another study (see :func:`prepare_out`), or some fits
+        failed (after all others were written).
+    ResultsError
+        ``results.jsonl`` has a corrupt complete line.
+    """
+    stream = sys.stderr if stream is None else stream
+    out = _check_out_path(out)
+    t_start = time.time()
+    truth = prepare_out(out, config)
+    with _locked(out):
+        _, records = load_study(out, repair=True, stream=stream)
+        done = {record_key(r) for r in records}
+        tasks = plan_fits(config, done)
+        n_total = config.n_fits()
+        n_skipped = n_total - len(tasks)
+        if max_fits is not None:
+            tasks = tasks[: int(max_fits)]
+        if n_skipped:
+            print(f"hmoe-estim: {n_skipped} of {n_total} fits already in {out}; running the "
+                  f"other {len(tasks)}.", file=stream)
+        # a fit costs about (n + FIT_OVERHEAD_SAMPLES) sample-evaluations' worth of time:
+        # per-iteration overhead of L-BFGS-B dominates small fits (measured on the presets)
+        weights = {(t[0], t[1], t[2]): t[1] + FIT_OVERHEAD_SAMPLES for t in tasks}
+        bar = ProgressBar(len(tasks), sum(weights.values()), stream=stream,
+                          enabled=progress and bool(tasks))
+        failures = []
+        n_run = 0
+        path = os.path.join(out, RESULTS_FILE)
+        jobs = n_jobs
+        with ResultsWriter(path) as writer, bar:
+            for res in _results(config, truth, tasks, jobs, backend_name is not None):
+                if res["ok"]:
+                    rec = res["record"]
+                    writer.append(rec)
+                    n_run += 1
+                    key = record_key(rec)
+                else:
+                    key = tuple(res["key"])
+                    failures.append((key, res["error"], res["traceback"]))
+                bar.update(weight=weights.get(key, key[1] + FIT_OVERHEAD_SAMPLES))
+        wall = time.time() - t_start
+        from joblib import effective_n_jobs
+
+        run_info = {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_start)),
+            "wall_seconds": wall,
+            "n_jobs": n_jobs if backend_name else effective_n_jobs(n_jobs),
+            "backend": backend_name or ("sequential" if effective_n_jobs(n_jobs) == 1 else "loky"),
+            "fits_run": n_run,
+            "fits_failed": len(failures),
+            "fits_skipped": n_skipped,
+            "cpus": _n_cpus(),
+            "load_average_end": list(os.getloadavg()),
+            "host": socket.gethostname(),
+            "python": platform.python_version(),
+            "hmoe_estim_version": __version__,
+        }
+        with ResultsWriter(os.path.join(out, RUNS_FILE), fsync=False) as w:
+            w.append(run_info)
+    summary = {
+        "n_total": n_total, "n_skipped": n_skipped, "n_run": n_run, "n_failed": len(failures),
+        "failures": [(k, e) for k, e, _ in failures], "wall_seconds": wall, "out": out,
+    }
+    if failures:
+        key, err, tb = failures[0]
+        raise StudyError(
+            f"{len(failures)} fit(s) failed (the {n_run} others are saved in {path}); first: "
+            f"model={key[0]} n={key[1]} rep={key[2]}: {err}. Rerun the same command to retry "
+            f"them.\n{tb}"
+        )
+    return summary

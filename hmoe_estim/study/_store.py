@@ -1,0 +1,241 @@
+"""The output folder of a study: ``config.json``, ``truth.json``, the lock, and loading.
+
+``OUT`` holds ``config.json`` (the canonical config and its hash), ``truth.json`` (``G*``),
+``results.jsonl`` (``hmoe_estim/study/_results.py``), ``runs.jsonl`` (one line per
+invocation), ``rates.json`` and the PNGs. A different config in the same ``OUT`` is refused;
+a lock (``OUT/.lock``) keeps two runs from writing to one ``OUT`` at the same time.
+"""
+
+import contextlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from .. import __version__
+from ._config import StudyConfig
+from ._plan import true_measure
+from ._results import (
+    RESULTS_FILE,
+    ResultsError,
+    deduplicate,
+    json_safe,
+    read_results,
+    set_aside_partial,
+)
+
+__all__ = [
+    "StudyError", "prepare_out", "load_study",
+    "CONFIG_FILE", "TRUTH_FILE", "RATES_FILE", "RUNS_FILE",
+]
+
+CONFIG_FILE = "config.json"
+TRUTH_FILE = "truth.json"
+RATES_FILE = "rates.json"
+RUNS_FILE = "runs.jsonl"
+LOCK_FILE = ".lock"
+
+
+class StudyError(Exception):
+    """A study that cannot run as asked (bad ``OUT``, other config, failed fits, no Dask)."""
+
+
+def _write_json_atomic(path, obj):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(json_safe(obj), fh, indent=1, sort_keys=False, allow_nan=False)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _diff_configs(old, new, prefix=""):
+    diffs = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            diffs += _diff_configs(a, b, f"{prefix}{key}.")
+        elif a != b:
+            sa, sb = json.dumps(a), json.dumps(b)
+            if len(sa) > 60:
+                sa = sa[:57] + "..."
+            if len(sb) > 60:
+                sb = sb[:57] + "..."
+            diffs.append(f"{prefix}{key}: {sa} -> {sb}")
+    return diffs
+
+
+@contextlib.contextmanager
+def _locked(out):
+    import fcntl
+
+    path = os.path.join(out, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise StudyError(
+                f"another hmoe-estim run is using {out} (lock {path} is held). Wait for it to "
+                "finish or use another --out."
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def _check_out_path(out):
+    out = os.fspath(out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise StudyError(f"--out {out!r} is a file; give a directory (it is created if missing).")
+    return out
+
+
+def prepare_out(out, config):
+    """Create or check ``OUT`` for ``config``; return ``G*``.
+
+    Writes ``config.json`` and ``truth.json`` for a new study. For an existing one, refuses a
+    different config (by hash, listing the differing keys).
+
+    Raises
+    ------
+    StudyError
+        ``OUT`` is a file, holds another study, or holds results without ``config.json``.
+    """
+    out = _check_out_path(out)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise StudyError(f"cannot create the output directory {out!r}: {exc}") from None
+    cfg_path = os.path.join(out, CONFIG_FILE)
+    truth_path = os.path.join(out, TRUTH_FILE)
+    new = config.to_dict()
+    h = config.config_hash()
+    if os.path.exists(cfg_path):
+        try:
+            with open(cfg_path, encoding="utf-8") as fh:
+                stored = json.load(fh)
+            old_hash = stored["config_hash"]
+            old = stored["config"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StudyError(f"{cfg_path} is unreadable ({exc}); use another --out.") from None
+        if old_hash != h:
+            diffs = _diff_configs(old, new)
+            shown = "; ".join(diffs[:8]) + (f"; ... ({len(diffs)} differences)" if len(diffs) > 8 else "")
+            raise StudyError(
+                f"{out} already holds a study with a different configuration (hash {old_hash}, "
+                f"this one {h}): {shown or 'same keys, other values'}. Use another --out, or "
+                f"run `hmoe-estim study {cfg_path}` to resume the stored study."
+            )
+    elif os.path.exists(os.path.join(out, RESULTS_FILE)):
+        raise StudyError(
+            f"{out} has {RESULTS_FILE} but no {CONFIG_FILE}: it is not a study directory that "
+            "can be resumed. Use another --out."
+        )
+    else:
+        _write_json_atomic(cfg_path, {
+            "config": new,
+            "config_hash": h,
+            "specification": config.specification,
+            "oracle_init": config.oracle,
+            "n_fits": config.n_fits(),
+            "labels": {m.name: m.label for m in config.models},
+            "hmoe_estim_version": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        })
+    truth = true_measure(config)
+    if os.path.exists(truth_path):
+        from ..model._measure import MixingMeasure
+
+        with open(truth_path, encoding="utf-8") as fh:
+            stored_truth = MixingMeasure.from_dict(json.load(fh)["measure"])
+        if not (stored_truth.shape == truth.shape
+                and np.allclose(stored_truth.normalized().M, truth.normalized().M)
+                and np.allclose(stored_truth.a, truth.a)
+                and np.allclose(stored_truth.omega, truth.omega)):
+            raise StudyError(
+                f"{truth_path} differs from the measure this config produces now (another "
+                "version of random_measure?). Use another --out to start afresh."
+            )
+    else:
+        t = config.truth
+        _write_json_atomic(truth_path, {
+            "measure": truth.to_dict(),
+            "shape": {"H": truth.n_heads, "N": truth.n_tokens, "K": truth.n_experts,
+                      "D": truth.n_features},
+            "source": "given" if t.measure is not None else
+            f"random_measure(n_heads={t.n_heads}, n_tokens={t.n_tokens}, "
+            f"n_experts={t.n_experts}, n_features={t.n_features}, scale={t.scale}, "
+            f"random_state={t.seed})",
+        })
+    return truth
+
+
+def load_study(out, *, repair=False, stream=None):
+    """Read a study directory: ``(config, records)``.
+
+    Parameters
+    ----------
+    out : str
+        The study's ``OUT``.
+    repair : bool, default=False
+        Move a trailing crash fragment aside (only while holding the lock). Without it the
+        fragment is ignored with a message.
+    stream : file-like or None
+        Where messages go (default stderr).
+
+    Raises
+    ------
+    StudyError
+        ``OUT`` missing, a file, or without ``config.json``.
+    ResultsError
+        A corrupt complete line in ``results.jsonl``.
+    """
+    stream = sys.stderr if stream is None else stream
+    out = _check_out_path(out)
+    cfg_path = os.path.join(out, CONFIG_FILE)
+    if not os.path.isdir(out):
+        raise StudyError(f"{out!r} does not exist; run a study into it first.")
+    if not os.path.exists(cfg_path):
+        raise StudyError(f"{out} has no {CONFIG_FILE}: not a study directory.")
+    try:
+        with open(cfg_path, encoding="utf-8") as fh:
+            config = StudyConfig.from_dict(json.load(fh))
+    except (OSError, ValueError) as exc:
+        raise StudyError(f"{cfg_path} is unreadable: {exc}") from None
+    path = os.path.join(out, RESULTS_FILE)
+    records, partial = read_results(path)
+    if partial is not None:
+        if repair:
+            aside = set_aside_partial(path, partial)
+            print(
+                f"hmoe-estim: {path} ended with an unfinished line ({len(partial)} bytes, left "
+                f"by an interrupted run); moved it to {aside}. Its fit will be run again.",
+                file=stream,
+            )
+        else:
+            print(
+                f"hmoe-estim: ignoring an unfinished last line of {path} ({len(partial)} bytes, "
+                "left by an interrupted run); the next `study`/`reproduce` run sets it aside.",
+                file=stream,
+            )
+    records, dups = deduplicate(records)
+    if dups:
+        print(f"hmoe-estim: {path} holds {dups} duplicate fit(s); using the first of each.",
+              file=stream)
+    names = {m.name for m in config.models}
+    grid = set(config.grid.n)
+    stray = [r for r in records if r["model"] not in names or r["n"] not in grid
+             or not 0 <= r["rep"] < config.grid.reps]
+    if stray:
+        raise ResultsError(
+            f"{path} holds {len(stray)} record(s) that are not fits of the stored config "
+            f"(first: model={stray[0]['model']!r}, n={stray[0]['n']}, rep={stray[0]['rep']}). "
+            "Was the file copied from another study? Use another --out."
+        )
+    return config, records
