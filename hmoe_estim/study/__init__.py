@@ -10,6 +10,7 @@ folder and its lock), ``_runner`` (the run loop), ``_diagnostics``, ``_rates``, 
 ``_progress``, ``_dask`` and ``_cli``.
 """
 
+from ._certificate import certificate_summary, certified_records, format_certificate
 from ._cli import build_parser, main
 from ._config import (
     INIT_CHOICES,
@@ -33,6 +34,7 @@ from ._plotting import METRIC_TITLES, PLOT_METRICS, PlottingError, plot_learning
 from ._progress import ProgressBar, format_duration
 from ._rates import (
     CRITERION,
+    MODEL_KEYS,
     RATE_METRICS,
     fit_log_law,
     fit_power_law,
@@ -75,9 +77,10 @@ __all__ = [
     "RESULTS_FILE", "REQUIRED_KEYS", "ResultsError", "ResultsWriter", "read_results",
     "set_aside_partial", "record_key", "deduplicate", "json_safe",
     # what a study says
+    "certificate_summary", "certified_records", "format_certificate",
     "fit_diagnostics", "format_diagnostics", "sort_records", "write_rates",
     "fit_power_law", "fit_log_law", "fit_rates", "rates_from_records", "format_rates_table",
-    "RATE_METRICS", "CRITERION",
+    "RATE_METRICS", "CRITERION", "MODEL_KEYS",
     "plot_learning_curves", "PLOT_METRICS", "METRIC_TITLES", "PlottingError",
     "ProgressBar", "format_duration",
     # command line

@@ -5,8 +5,8 @@
     hmoe-estim reproduce [--quick | --full] [--out OUT] [--n-jobs J]
                          [--dask-scheduler ADDR | --dask-workers N] [--near-truth]
     hmoe-estim study CONFIG.toml [--out OUT] [--n-jobs J] [--dask-...]
-    hmoe-estim rates OUT [--eps EPS] [--n-boot B]
-    hmoe-estim plot OUT [--output FILE]
+    hmoe-estim rates OUT [--eps EPS] [--n-boot B] [--certified-only]
+    hmoe-estim plot OUT [--output FILE] [--certified-only]
     hmoe-estim preset NAME            # print a built-in config as TOML, to copy and edit
 
 ``reproduce`` runs the built-in study of SPEC §6 (``--quick`` by default; ``--full`` is sized
@@ -88,10 +88,15 @@ def build_parser():
     p.add_argument("--eps", type=float, help="target accuracy for the predicted n "
                                              "(default: half the smallest mean)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--certified-only", action="store_true",
+                   help="fit the rates without the certified optimisation failures (fits whose "
+                        "objective is above the truth's own); the output says how many")
 
     p = sub.add_parser("plot", help="draw the learning curves of OUT as a PNG")
     p.add_argument("out", metavar="OUT")
     p.add_argument("--output", metavar="FILE", help="PNG path (default OUT/learning_curves.png)")
+    p.add_argument("--certified-only", action="store_true",
+                   help="draw and fit the curves without the certified optimisation failures")
 
     p = sub.add_parser("preset", help="print a built-in study config as TOML")
     p.add_argument("name", choices=["quick", "full"])
@@ -106,28 +111,52 @@ def _labels(config):
     return {m.name: m.label for m in config.models}
 
 
-def _summarise(out, config, records, *, eps=None, n_boot=2000, plot=True):
-    from ._rates import format_rates_table
-    from ._diagnostics import fit_diagnostics, format_diagnostics, write_rates
+def _certified_labels(config, records):
+    """Legend labels that carry each model's certified failures, e.g. ``G2 (value) [0/40 failed]``."""
+    from ._certificate import certificate_summary
 
-    rates = write_rates(out, records=records, config=config, eps=eps, n_boot=n_boot)
+    labels = _labels(config)
+    for model, d in certificate_summary(records).items():
+        if d["checked"]:
+            labels[model] = f"{labels.get(model, model)} [{d['failures']}/{d['checked']} failed]"
+    return labels
+
+
+def _summarise(out, config, records, *, eps=None, n_boot=2000, plot=True, certified_only=False):
+    from ._certificate import certificate_summary, format_certificate
+    from ._diagnostics import fit_diagnostics, format_diagnostics, write_rates
+    from ._diagnostics import sort_records
+    from ._rates import format_rates_table
+
+    records = sort_records(config, records)
+    print(format_certificate(certificate_summary(records), labels=_labels(config)))
+    if certified_only:
+        print("rates below use certified fits only (failures dropped)")
+    print()
+    rates = write_rates(out, records=records, config=config, eps=eps, n_boot=n_boot,
+                        certified_only=certified_only)
     print(format_rates_table(rates, labels=_labels(config)))
     print()
     print(format_diagnostics(fit_diagnostics(records), labels=_labels(config)))
     print(f"\nrates written to {os.path.join(out, 'rates.json')}")
     if plot:
-        _plot(out, config, records, rates)
+        _plot(out, config, records, rates, certified_only=certified_only)
     return rates
 
 
-def _plot(out, config, records, rates, path=None):
+def _plot(out, config, records, rates, path=None, certified_only=False):
+    from ._certificate import certified_records
     from ._plotting import PlottingError, plot_learning_curves
 
     path = path or os.path.join(out, "learning_curves.png")
     title = f"{config.name}: K={config.fit.n_experts} fitted, K*={config.truth.n_experts}, " \
             f"init={config.fit.init}"
+    labels = _certified_labels(config, records)
+    if certified_only:
+        records = certified_records(records)[0]
+        title += " (certified fits only)"
     try:
-        plot_learning_curves(records, path, rates=rates, labels=_labels(config), title=title)
+        plot_learning_curves(records, path, rates=rates, labels=labels, title=title)
     except PlottingError as exc:
         print(f"hmoe-estim: no plot: {exc}", file=sys.stderr)
         return None
@@ -199,7 +228,8 @@ def _dispatch(args):
         if args.eps is not None and not args.eps > 0:
             raise UsageError("--eps must be > 0.")
         config, records = load_study(args.out)
-        _summarise(args.out, config, records, eps=args.eps, n_boot=args.n_boot, plot=False)
+        _summarise(args.out, config, records, eps=args.eps, n_boot=args.n_boot, plot=False,
+                   certified_only=args.certified_only)
         return 0
     if args.command == "plot":
         from ._plotting import plot_learning_curves
@@ -212,11 +242,17 @@ def _dispatch(args):
         records = sort_records(config, records)
         if not records:
             raise StudyError(f"{args.out} has no finished fits yet.")
-        rates = rates_from_records(records, random_state=config.seed)
-        path = args.output or os.path.join(args.out, "learning_curves.png")
+        labels = _certified_labels(config, records)
         title = f"{config.name}: K={config.fit.n_experts}, K*={config.truth.n_experts}, " \
                 f"init={config.fit.init}"
-        plot_learning_curves(records, path, rates=rates, labels=_labels(config), title=title)
+        if args.certified_only:
+            from ._certificate import certified_records
+
+            records = certified_records(records)[0]
+            title += " (certified fits only)"
+        rates = rates_from_records(records, random_state=config.seed)
+        path = args.output or os.path.join(args.out, "learning_curves.png")
+        plot_learning_curves(records, path, rates=rates, labels=labels, title=title)
         print(f"learning curves drawn in {path}")
         return 0
     if args.command == "preset":

@@ -9,6 +9,7 @@ from ._store import RATES_FILE, StudyError, _write_json_atomic, load_study
 __all__ = ["fit_diagnostics", "format_diagnostics", "sort_records", "write_rates"]
 
 
+
 def fit_diagnostics(records):
     """Per model: fits, converged share, share of fits worse than ``G*`` on their own data,
     median fit seconds and mean weight of extra atoms.
@@ -61,14 +62,24 @@ def sort_records(config, records):
 
 
 def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metrics=None,
-                stream=None):
+                stream=None, certified_only=False):
     """Fit the rates of every model and metric of ``out`` and write ``OUT/rates.json``.
+
+    Parameters
+    ----------
+    certified_only : bool, default=False
+        Fit the rates on the fits that are not certified optimisation failures (objective
+        above the truth's own); each model's ``certificate`` entry says how many were dropped.
 
     Returns
     -------
     dict
-        ``{model: {metric: {...}}}`` as written (see :func:`hmoe_estim.study.fit_rates`).
+        ``{model: {metric: {...}, "certificate": {...}}}`` as written (see
+        :func:`hmoe_estim.study.fit_rates`); ``certificate`` holds the model's fits, the fits
+        checked, the certified failures, their rate, whether the rates use certified fits only
+        and how many fits that dropped.
     """
+    from ._certificate import certificate_summary, certified_records
     from ._rates import RATE_METRICS, rates_from_records
 
     if records is None or config is None:
@@ -76,7 +87,15 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
     records = sort_records(config, records)
     if not records:
         raise StudyError(f"{out} has no finished fits yet; run the study first.")
+    summary = certificate_summary(records)
+    dropped = {m: 0 for m in summary}
+    if certified_only:
+        records, dropped = certified_records(records)
     rates = rates_from_records(records, metrics=metrics or RATE_METRICS, eps=eps, n_boot=n_boot,
                                random_state=config.seed)
+    for model, cert in summary.items():
+        entry = rates.setdefault(model, {})
+        entry["certificate"] = {**cert, "certified_only": bool(certified_only),
+                                "dropped": dropped.get(model, 0)}
     _write_json_atomic(os.path.join(out, RATES_FILE), rates)
     return rates

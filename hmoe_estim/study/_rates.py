@@ -33,7 +33,11 @@ __all__ = [
     "format_rates_table",
     "RATE_METRICS",
     "CRITERION",
+    "MODEL_KEYS",
 ]
+
+#: Entries of a model in ``rates.json`` that describe the model's fits, not a metric's rate.
+MODEL_KEYS = ("certificate", "identifiability")
 
 #: Metrics of a study record for which rates are fitted by default.
 RATE_METRICS = (
@@ -363,6 +367,8 @@ def format_rates_table(rates, *, labels=None):
     for model, per in rates.items():
         name = labels.get(model, model) if labels else model
         for metric, r in per.items():
+            if metric in MODEL_KEYS:
+                continue
             if "error" in r:
                 lines.append(f"{name:<12} {metric:<17} (not fitted: {r['error']})")
                 continue

@@ -1,0 +1,92 @@
+"""The optimisation certificate of a study: counted per model, headlined, and droppable."""
+
+import json
+
+import numpy as np
+import pytest
+
+from hmoe_estim.study import (
+    certificate_summary,
+    certified_records,
+    format_certificate,
+    format_rates_table,
+    write_rates,
+)
+from hmoe_estim.study._cli import main
+
+from .test_study import run, tiny
+
+
+@pytest.fixture
+def run_tiny():
+    """Run a 4-fits-per-model study into a folder; return the folder."""
+    def _run(out):
+        run(tiny(models=["none", "value"], grid={"n": [40, 80], "reps": 2}), out)
+        return out
+    return _run
+
+
+def _records():
+    rng = np.random.default_rng(0)
+    recs = []
+    for model in ("a", "b"):
+        for n in (100, 1000, 10000):
+            for rep in range(3):
+                failed = model == "b" and rep == 0
+                recs.append({"model": model, "n": n, "rep": rep, "K": 3, "K_true": 2,
+                             "worse_than_truth": failed,
+                             "voronoi_loss": float(n ** -0.5 * (1 + 0.1 * rng.random())),
+                             "objective_gap": 1.0 if failed else -1.0})
+    return recs
+
+
+def test_summary_counts_failures_per_model():
+    s = certificate_summary(_records())
+    assert s["a"] == {"fits": 9, "checked": 9, "failures": 0, "failure_rate": 0.0}
+    assert s["b"]["failures"] == 3 and s["b"]["failure_rate"] == 3 / 9
+    text = format_certificate(s)
+    assert "a: 0 of 9 fits failed" in text and "b: 3 of 9 fits failed (33.3%)" in text
+
+
+def test_fits_without_a_certificate_are_not_counted():
+    recs = [{"model": "a", "n": 10, "rep": 0, "K": 1, "K_true": 2, "worse_than_truth": True}]
+    s = certificate_summary(recs)
+    assert s["a"]["checked"] == 0 and s["a"]["failure_rate"] is None
+    assert "no certificate" in format_certificate(s)
+
+
+def test_certified_records_drop_failures_and_say_how_many():
+    kept, dropped = certified_records(_records())
+    assert dropped == {"a": 0, "b": 3}
+    assert len(kept) == 15 and not any(r["worse_than_truth"] for r in kept)
+
+
+def test_rates_json_carries_the_certificate(tmp_path, run_tiny):
+    out = run_tiny(tmp_path / "s")
+    rates = write_rates(str(out))
+    for model, entry in rates.items():
+        cert = entry["certificate"]
+        assert cert["fits"] == cert["checked"] == 4
+        assert cert["certified_only"] is False and cert["dropped"] == 0
+    on_disk = json.loads((out / "rates.json").read_text())
+    assert on_disk[model]["certificate"]["fits"] == 4
+    # the table lists metrics only
+    assert "certificate" not in format_rates_table(rates)
+
+
+def test_cli_headline_and_certified_only(tmp_path, run_tiny, capsys):
+    out = run_tiny(tmp_path / "s")
+    # mark one fit as a certified failure
+    path = out / "results.jsonl"
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    for j, r in enumerate(recs):  # the tiny fits stop early: set the flags by hand
+        r["worse_than_truth"] = j == 0
+    rec = recs[0]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert main(["rates", str(out), "--n-boot", "20", "--certified-only"]) == 0
+    text = capsys.readouterr().out
+    assert "optimisation certificate" in text and "1 of 4 fits failed" in text
+    assert "certified fits only" in text
+    rates = json.loads((out / "rates.json").read_text())
+    assert rates[rec["model"]]["certificate"]["dropped"] == 1
+    assert rates[rec["model"]]["certificate"]["certified_only"] is True
