@@ -234,3 +234,18 @@ def attention_to_measure(W_Q, W_K, W_V, W_O, *, n_tokens, row, column):
 
     omega = W_O[:, :, column].copy()
     return MixingMeasure(omega, M, a).normalized()
+
+
+#: PyTorch conversions, loaded on first use (PyTorch is an optional extra, ``torch``).
+_TORCH_NAMES = (
+    "from_torch", "from_torch_all", "to_torch", "weights_from_torch", "measure_to_torch",
+    "attention_forward", "HMoEModule",
+)
+
+
+def __getattr__(name):
+    if name in _TORCH_NAMES:
+        from . import torch_attention
+
+        return getattr(torch_attention, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
