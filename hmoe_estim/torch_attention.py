@@ -432,6 +432,7 @@ def attention_forward(module, X, *, gate="none", activation="sigmoid"):
 
 def measure_to_torch(measure, *, gate="none", activation="sigmoid", intercept=0.0, dtype=None):
     """A ``torch.nn.Module`` computing ``f_G(x) + intercept`` (see :class:`HMoEModule`)."""
+    _torch()  # the ImportError naming the extra, also once the class exists
     cls = __getattr__("HMoEModule") if "HMoEModule" not in globals() else globals()["HMoEModule"]
     return cls(measure, gate=gate, activation=activation, intercept=intercept, dtype=dtype)
 
