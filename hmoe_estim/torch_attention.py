@@ -5,7 +5,7 @@ of the package.
 
 **In.** :func:`from_torch` reads a ``torch.nn.MultiheadAttention`` used as *self*-attention
 (``query = key = value = X``, ``X`` of shape ``(N, E)``) and returns the
-:class:`~hmoe_estim.measure.MixingMeasure` of one output entry ``(row, column)``, through
+:class:`~hmoe_estim.MixingMeasure` of one output entry ``(row, column)``, through
 :func:`~hmoe_estim.attention.attention_to_measure` (the construction of the paper's Section 2:
 ``M[h, j] = J_rowᵀ P_h J_j``, ``P_h = W_Q,h W_K,hᵀ / sqrt(d_v)``, experts ``J_jᵀ W_V,h``,
 ``omega = W_O[:, :, column]``). In PyTorch's layout, with ``E = embed_dim``, ``H = num_heads``
@@ -43,8 +43,9 @@ Biases, exactly where the HMoE form allows them:
 
 **Out.** :func:`to_torch` builds a ``torch.nn.MultiheadAttention`` (``bias=False``, or only an
 output bias) from ``(W_Q, W_K, W_V, W_O)`` — for example a teacher layer of a study;
-:func:`weights_from_torch` is its inverse. :class:`HMoEModule` evaluates any (fitted) measure
-``f_G(x)`` (plus an intercept) as a ``torch.nn.Module``, :func:`measure_to_torch` builds it.
+:func:`weights_from_torch` is its inverse. :func:`measure_to_torch` evaluates any (fitted)
+measure ``f_G(x)`` (plus an intercept) as a ``torch.nn.Module`` (class ``HMoEModule``, built on
+first use so that this file imports without PyTorch).
 """
 
 import numbers
@@ -62,7 +63,6 @@ __all__ = [
     "to_torch",
     "measure_to_torch",
     "attention_forward",
-    "HMoEModule",
 ]
 
 #: Tolerance (relative to the weights' scale) below which a bias part counts as zero.
@@ -431,7 +431,21 @@ def attention_forward(module, X, *, gate="none", activation="sigmoid"):
 
 
 def measure_to_torch(measure, *, gate="none", activation="sigmoid", intercept=0.0, dtype=None):
-    """A ``torch.nn.Module`` computing ``f_G(x) + intercept`` (see :class:`HMoEModule`)."""
+    """A ``torch.nn.Module`` (``HMoEModule``) computing ``f_G(x) + intercept``.
+
+    The forward pass takes ``x`` of shape ``(B, D)`` and returns ``(B,)``: the regression
+    function of :func:`~hmoe_estim.regression_function` for the gate position (eq.
+    (2), (9), (12), or G5) plus the intercept. ``omega``, ``M``, ``a`` and the intercept are
+    ``torch.nn.Parameter`` (float64 unless ``dtype`` says otherwise), so the module can be
+    trained further in PyTorch.
+
+    Raises
+    ------
+    ValueError
+        ``measure`` is not a MixingMeasure, unknown gate or activation.
+    ImportError
+        PyTorch is not installed (extra ``torch``).
+    """
     _torch()  # the ImportError naming the extra, also once the class exists
     cls = __getattr__("HMoEModule") if "HMoEModule" not in globals() else globals()["HMoEModule"]
     return cls(measure, gate=gate, activation=activation, intercept=intercept, dtype=dtype)
@@ -441,11 +455,11 @@ def _hmoe_module_class():
     torch = _torch()
 
     class HMoEModule(torch.nn.Module):
-        """``f_G(x) + c`` of a :class:`~hmoe_estim.measure.MixingMeasure` as a PyTorch module.
+        """``f_G(x) + c`` of a :class:`~hmoe_estim.MixingMeasure` as a PyTorch module.
 
         The forward pass takes ``x`` of shape ``(B, D)`` and returns ``(B,)``: with
         ``g[h, i](x) = softmax_i(xᵀ M[h, i] x)``, the regression function of
-        :func:`~hmoe_estim.regression.regression_function` for the gate position
+        :func:`~hmoe_estim.regression_function` for the gate position
         (eq. (2), (9), (12), or G5), plus the intercept. ``omega``, ``M``, ``a`` and the
         intercept are parameters (so the module can be trained further in PyTorch).
         """
