@@ -308,9 +308,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 )
         res = results[best]
         P0 = n_params(*shape)
-        self.theta_ = res.theta
         self.measure_ = unpack(res.theta[:P0], shape)
         self.intercept_ = float(res.theta[P0]) + y_offset if fit_intercept else 0.0
+        self.theta_ = res.theta.copy()
+        if fit_intercept:  # the intercept of y itself, not of the centred target
+            self.theta_[P0] = self.intercept_
         self.objective_ = float(res.objective)
         self.start_objectives_ = objectives
         self.start_n_iter_ = np.array([r.n_iter for r in results])
