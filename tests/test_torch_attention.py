@@ -266,3 +266,9 @@ def test_teacher_measure_is_a_study_truth(tmp_path):
     cfg = load_config(tmp_path / "study.toml")
     assert cfg.true_shape == G.shape
     assert MixingMeasure.from_dict(cfg.truth.measure) == G
+    assert not any("negative weights" in w for w in cfg.warnings())
+    # a signed W_O is flagged: the study's fits keep omega >= 0
+    signed = G.to_dict()
+    signed["omega"][0][0] = -abs(signed["omega"][0][0]) - 0.1
+    (tmp_path / "teacher.json").write_text(json.dumps(signed))
+    assert any("negative weights" in w for w in load_config(tmp_path / "study.toml").warnings())
