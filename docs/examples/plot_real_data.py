@@ -94,10 +94,10 @@ def main(out, quick=False):
             search.fit(X, y)
         res = search.cv_results_
 
-        def split_scores(j):
+        def split_scores(j, res=res):
             return np.array([res[f"split{f}_test_score"][j] for f in range(folds)])
 
-        def describe(j):
+        def describe(j, res=res):
             return ", ".join(f"{k[len(prefix):]}={v}" for k, v in res["params"][j].items())
 
         best = search.best_index_

@@ -5,7 +5,9 @@ One pass over the samples computes, for ``theta`` in the layout of
 
     objective(theta) = (1/n) Σ_j (f_theta(x_j) − y_j)²          (eq. (3), divided by n)
 
-and its gradient with respect to ``omega``, the free triangles of ``M`` and ``a``.
+and its gradient with respect to ``omega``, the free triangles of ``M`` and ``a`` — and, for the
+estimator options, an intercept ``c`` (a trailing entry of ``theta``) and a ridge penalty
+(see :func:`objective_and_gradient`).
 
 Layout for speed (SPEC §7): the inputs come transposed, ``XT`` of shape (D, n), and samples
 are processed in blocks of ``BLOCK`` with the block index innermost in every loop, so that
