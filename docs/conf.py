@@ -69,9 +69,9 @@ nitpick_ignore_regex = [
 
 # -- autodoc / autosummary / numpydoc ----------------------------------------------------------
 #: Submodules with a page of their own in the API reference (see api.rst).
-API_SUBMODULES = ("model", "solvers", "metrics", "attention", "study")
+API_SUBMODULES = ("model", "estimators", "solvers", "metrics", "attention", "study")
 #: Subpackages shown on the API page by their docstring only (every public name is top-level).
-API_LAYOUT_ONLY = ("estimators", "datasets", "kernels")
+API_LAYOUT_ONLY = ("datasets", "kernels")
 
 
 def _module_constants(name):

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
 #: Submodules whose public names (their ``__all__``) must each have an API page.
-DOCUMENTED_MODULES = ("model", "solvers", "metrics", "attention", "study")
+DOCUMENTED_MODULES = ("model", "estimators", "solvers", "metrics", "attention", "study")
 #: Top-level names documented on the API page itself rather than on a generated page.
 CONSTANTS = ("GATES", "ACTIVATIONS", "__version__")
 

@@ -234,3 +234,4 @@ def attention_to_measure(W_Q, W_K, W_V, W_O, *, n_tokens, row, column):
 
     omega = W_O[:, :, column].copy()
     return MixingMeasure(omega, M, a).normalized()
+

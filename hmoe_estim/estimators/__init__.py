@@ -1,5 +1,7 @@
-"""scikit-learn estimators of the HMoE models, fit by least squares (the paper's eq. (3))."""
+"""scikit-learn estimators of the HMoE models, fit by least squares (the paper's eq. (3)), and
+the warning they give after a fit that is worse than predicting the mean."""
 
 from ._regressor import G1Regressor, G2Regressor, HMoERegressor, MHARegressor
+from ._warnings import PoorFitWarning
 
-__all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor"]
+__all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor", "PoorFitWarning"]

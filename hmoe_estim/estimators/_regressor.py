@@ -7,6 +7,12 @@ The estimator solves the excerpt's eq. (3),
 over the (H, K, N)-HMoE class of the chosen gate position, with ``omega >= 0`` (A.2),
 ``M[h, N-1] = 0`` (A.3) and a box on every parameter (A.1). The loss is non-convex: L-BFGS-B
 runs from ``n_starts`` starting points and the best objective is kept.
+
+Options for real data, all off by default (the defaults are the paper's model, so studies do
+not move): ``fit_intercept`` (a free constant added to ``f``), ``positive_weights=False``
+(signed ``omega``, as an attention layer's ``W_O``) and a ridge penalty ``alpha`` on ``M`` and
+``a``. After the fit a :class:`~hmoe_estim.estimators.PoorFitWarning` says when the model
+predicts its training targets worse than their mean, and why.
 """
 
 import warnings
@@ -20,12 +26,20 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._names import GATE_LABELS, check_activation, check_gate
 from .._validation import check_count, check_positive
 from ..model._starts import check_init_measure, random_start
+from ._warnings import PoorFitWarning, diagnose_fit
 from ..model._measure import MixingMeasure
 from ..solvers._multistart import run_starts
 from ..model._parameters import make_bounds, n_params, pack, unpack
 from ..model._regression import evaluate
 
-__all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor"]
+__all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor", "PoorFitWarning"]
+
+
+def _check_flag(value, name):
+    """Return ``value`` as a bool if it is one (Python or NumPy), else raise ``ValueError``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False; got {value!r}.")
+    return bool(value)
 
 
 class HMoERegressor(RegressorMixin, BaseEstimator):
@@ -60,7 +74,21 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
     param_bound : float, default=10.0
         Every entry of ``M`` and ``a`` lies in ``[-param_bound, param_bound]`` (A.1).
     omega_max : float, default=10.0
-        ``0 <= omega <= omega_max`` (A.1, A.2).
+        ``0 <= omega <= omega_max`` (A.1, A.2); ``|omega| <= omega_max`` with
+        ``positive_weights=False``.
+    fit_intercept : bool, default=False
+        Add a free constant ``c`` to the model, ``f(x) + c`` (outside every gate; not
+        penalised, not boxed). The paper's model (eq. (3)) has none; real targets usually need
+        it. The fitted constant is ``intercept_``.
+    positive_weights : bool, default=True
+        Keep ``omega >= 0`` (assumption (A.2)). ``False`` lets ``omega`` take either sign, as
+        the output projection ``W_O`` of an attention layer does; a sigmoid-gated model
+        (G1, G2) is positive everywhere without it.
+    alpha : float, default=0.0
+        Ridge penalty: the objective becomes the mean squared residual plus
+        ``alpha·(‖M‖²_F + ‖a‖²)`` over the free gate matrices (Frobenius norm) and experts.
+        It is added to the *mean* (not the sum) of squared residuals, so ``alpha`` does not
+        scale with ``n`` (scikit-learn's ``Ridge(alpha=n·alpha)`` on the summed loss).
     init : "random", MixingMeasure or list of MixingMeasure, default="random"
         Starting points. Given measures (for example the fit at a smaller ``n``, or
         :func:`~hmoe_estim.model.split_heaviest_channel` of a ``K-1`` fit) are used as
@@ -76,8 +104,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
     ----------
     measure_ : MixingMeasure
         The fitted mixing measure (normalised, ``M[h, N-1] = 0``).
+    intercept_ : float
+        The fitted constant ``c`` (``0.0`` when ``fit_intercept=False``); ``predict(X)`` is
+        ``regression_function(measure_, X, ...) + intercept_``.
     objective_ : float
-        Best mean squared residual over the starts.
+        Best objective over the starts: the mean squared residual (plus the penalty when
+        ``alpha > 0``).
     start_objectives_ : ndarray of shape (n_starts,)
         Final objective of every start.
     start_n_iter_ : ndarray of shape (n_starts,)
@@ -90,6 +122,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         Index of the best start.
     n_features_in_ : int
         Number of features seen during fit (``D``).
+    train_r2_ : float
+        ``R²`` of the fit on its training data (NaN for a constant target). Below 0 the fit
+        warns with :class:`~hmoe_estim.estimators.PoorFitWarning`, naming the cause.
 
     Examples
     --------
@@ -119,6 +154,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         n_jobs=None,
         verbose=0,
         random_state=None,
+        fit_intercept=False,
+        positive_weights=True,
+        alpha=0.0,
     ):
         self.n_heads = n_heads
         self.n_tokens = n_tokens
@@ -134,6 +172,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.random_state = random_state
+        self.fit_intercept = fit_intercept
+        self.positive_weights = positive_weights
+        self.alpha = alpha
 
     # -- validation ----------------------------------------------------------------------
     def _validate_hyperparameters(self):
@@ -147,6 +188,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         check_positive(self.tol, "tol")
         check_positive(self.param_bound, "param_bound")
         check_positive(self.omega_max, "omega_max")
+        _check_flag(self.fit_intercept, "fit_intercept")
+        _check_flag(self.positive_weights, "positive_weights")
+        check_positive(self.alpha, "alpha", allow_zero=True)
         return H, N, K
 
     def _init_measures(self, shape):
@@ -186,6 +230,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         -----
         UserWarning
             Fewer samples than free parameters (the fit is under-determined).
+        PoorFitWarning
+            Training R² below 0 (the message names the cause and the option that helps), or a
+            constant target.
         ConvergenceWarning
             The best start reached ``max_iter`` (or stopped abnormally).
         """
@@ -196,7 +243,10 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         n, D = X.shape
         shape = (H, N, K, D)
         init_measures = self._init_measures(shape)
-        P = n_params(*shape)
+        fit_intercept = bool(self.fit_intercept)
+        positive = bool(self.positive_weights)
+        alpha = float(self.alpha)
+        P = n_params(*shape) + fit_intercept
         if n < P:
             warnings.warn(
                 f"{n} samples for {P} free parameters: the least-squares fit is "
@@ -205,16 +255,29 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 stacklevel=2,
             )
         rng = check_random_state(self.random_state)
-        lower, upper = make_bounds(shape, omega_max=self.omega_max, param_bound=self.param_bound)
+        lower, upper = make_bounds(
+            shape, omega_max=self.omega_max, param_bound=self.param_bound,
+            positive_weights=positive,
+        )
+        # the intercept: unbounded, fitted on the centred target (y_offset added back after),
+        # so that a shift of y shifts intercept_ and nothing else
+        y_offset = float(np.mean(y)) if fit_intercept else 0.0
+        tail = np.zeros(int(fit_intercept))
+        lower = np.concatenate([lower, tail - np.inf])
+        upper = np.concatenate([upper, tail + np.inf])
         x_rms = float(np.sqrt(np.mean(X**2)))
         y_scale = float(np.std(y)) if np.std(y) > 0 else float(np.mean(np.abs(y))) + 1e-3
-        starts = [np.clip(pack(m), lower, upper) for m in init_measures[: self.n_starts]]
+        starts = [
+            np.clip(np.concatenate([pack(m), tail]), lower, upper)
+            for m in init_measures[: self.n_starts]
+        ]
         while len(starts) < self.n_starts:
             m = random_start(
                 shape, rng, x_rms=x_rms, y_scale=y_scale,
                 omega_max=self.omega_max, param_bound=self.param_bound,
+                positive_weights=positive,
             )
-            starts.append(np.clip(pack(m), lower, upper))
+            starts.append(np.clip(np.concatenate([pack(m), tail]), lower, upper))
         # writable C-contiguous float64 copies: Numba compiles a separate specialisation for
         # read-only arrays (a memory-mapped X would otherwise cost a fresh compilation) and for
         # integer targets, and a separately compiled kernel may sum in another order: an
@@ -222,10 +285,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         # check_regressors_int caught it)
         XT = np.require(X.T, requirements=["C", "W"])
         y = np.require(y, dtype=np.float64, requirements=["C", "W"])
+        y_fit = y - y_offset if fit_intercept else y
         results = run_starts(
-            starts, XT, y, shape, self.gate, self.activation,
+            starts, XT, y_fit, shape, self.gate, self.activation,
             (lower, upper), max_iter=self.max_iter, tol=self.tol,
             n_jobs=self.n_jobs, verbose=self.verbose,
+            fit_intercept=fit_intercept, alpha=alpha,
         )
         objectives = np.array([r.objective for r in results])
         if not np.any(np.isfinite(objectives)):
@@ -242,8 +307,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                     f"iterations={r.n_iter} converged={r.converged}"
                 )
         res = results[best]
-        self.theta_ = res.theta
-        self.measure_ = unpack(res.theta, shape)
+        P0 = n_params(*shape)
+        self.measure_ = unpack(res.theta[:P0], shape)
+        self.intercept_ = float(res.theta[P0]) + y_offset if fit_intercept else 0.0
+        self.theta_ = res.theta.copy()
+        if fit_intercept:  # the intercept of y itself, not of the centred target
+            self.theta_[P0] = self.intercept_
         self.objective_ = float(res.objective)
         self.start_objectives_ = objectives
         self.start_n_iter_ = np.array([r.n_iter for r in results])
@@ -259,10 +328,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
+        y_pred = evaluate(res.theta[:P0], X, shape, self.gate, self.activation) + self.intercept_
+        self.train_r2_ = diagnose_fit(self, y, y_pred, P, stacklevel=3)
         return self
 
     def predict(self, X):
-        """Evaluate the fitted regression function ``f_Ĝ(X)``.
+        """Evaluate the fitted regression function ``f_Ĝ(X)`` (plus ``intercept_``).
 
         Parameters
         ----------
@@ -274,7 +345,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         """
         check_is_fitted(self, "measure_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        return evaluate(self.theta_, X, self.measure_.shape, self.gate, self.activation)
+        P0 = n_params(*self.measure_.shape)
+        f = evaluate(self.theta_[:P0], X, self.measure_.shape, self.gate, self.activation)
+        return f + self.intercept_
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -311,6 +384,9 @@ class _PresetRegressor(HMoERegressor):
         n_jobs=None,
         verbose=0,
         random_state=None,
+        fit_intercept=False,
+        positive_weights=True,
+        alpha=0.0,
     ):
         self.n_heads = n_heads
         self.n_tokens = n_tokens
@@ -325,6 +401,9 @@ class _PresetRegressor(HMoERegressor):
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.random_state = random_state
+        self.fit_intercept = fit_intercept
+        self.positive_weights = positive_weights
+        self.alpha = alpha
 
 
 class MHARegressor(_PresetRegressor):

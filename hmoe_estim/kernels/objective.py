@@ -5,7 +5,9 @@ One pass over the samples computes, for ``theta`` in the layout of
 
     objective(theta) = (1/n) Σ_j (f_theta(x_j) − y_j)²          (eq. (3), divided by n)
 
-and its gradient with respect to ``omega``, the free triangles of ``M`` and ``a``.
+and its gradient with respect to ``omega``, the free triangles of ``M`` and ``a`` — and, for the
+estimator options, an intercept ``c`` (a trailing entry of ``theta``) and a ridge penalty
+(see :func:`objective_and_gradient`).
 
 Layout for speed (SPEC §7): the inputs come transposed, ``XT`` of shape (D, n), and samples
 are processed in blocks of ``BLOCK`` with the block index innermost in every loop, so that
@@ -274,13 +276,23 @@ def _chunks(n):
     return nblocks, nchunks
 
 
-def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
+def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, fit_intercept=False, alpha=0.0):
     """Mean squared error of the HMoE ``theta`` on ``(XT.T, y)`` and its gradient.
+
+    With the estimator options: ``fit_intercept`` adds a free constant ``c`` (the last entry
+    of ``theta``) to ``f``; ``alpha`` adds the ridge penalty ``alpha·(‖M‖²_F + ‖a‖²)`` over
+    the free gate matrices ``M[h, i]``, ``i < N-1`` (Frobenius norm: an off-diagonal entry of
+    the stored triangle counts twice) and the experts ``a``, to the *mean* squared error::
+
+        objective = (1/n) Σ_j (f_theta(x_j) + c − y_j)² + alpha·(‖M‖²_F + ‖a‖²)
+
+    so ``∂/∂c = (2/n) Σ_j (f + c − y_j)``; neither ``c`` nor ``omega`` is penalised.
 
     Parameters
     ----------
-    theta : ndarray of shape (P,)
-        Parameters in the layout of ``hmoe_estim/model/_parameters.py``.
+    theta : ndarray of shape (P,) or (P + 1,)
+        Parameters in the layout of ``hmoe_estim/model/_parameters.py``, followed by the intercept
+        ``c`` when ``fit_intercept``.
     XT : ndarray of shape (D, n), C-contiguous
         Inputs, transposed.
     y : ndarray of shape (n,)
@@ -288,22 +300,36 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act):
         Heads, tokens, channels, input dimension.
     gate, act : int
         Gate and activation codes (:mod:`hmoe_estim._names`).
+    fit_intercept : bool, default=False
+        Whether ``theta`` ends with the intercept ``c``.
+    alpha : float, default=0.0
+        Ridge penalty (``>= 0``).
 
     Returns
     -------
     value : float
-    grad : ndarray of shape (P,)
+    grad : ndarray of shape like ``theta``
     """
-    return _objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, get_num_threads())
+    P = _offsets(H, N, K, D)[3] + (1 if fit_intercept else 0)
+    if theta.shape[0] != P:
+        raise ValueError(
+            f"theta has {theta.shape[0]} entries; (H, N, K, D) = {(H, N, K, D)} with "
+            f"fit_intercept={bool(fit_intercept)} needs {P}."
+        )
+    return _objective_and_gradient(
+        theta, XT, y, H, N, K, D, gate, act, get_num_threads(), bool(fit_intercept),
+        float(alpha),
+    )
 
 
 @njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
-def _objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, nthreads):
+def _objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, nthreads, fit_intercept, alpha):
     wide_vectors()
     n = XT.shape[1]
     T, o1, o2, P = _offsets(H, N, K, D)
     bv = _mixed_values(theta, H, N, K, D, gate)
-    oG = P + 1  # G[h, i] (linear gates) after the gradient and the loss
+    c0 = theta[P] if fit_intercept else 0.0  # the intercept, after the measure's entries
+    oG = P + 2  # loss, Σ residuals, then G[h, i] (linear gates) after the gradient
     width = oG + bv.shape[0]
     nblocks, nchunks = _chunks(n)
     partial = np.zeros((nchunks, width))
@@ -322,11 +348,14 @@ def _objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, nthreads):
                     x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
                 )
                 loss = 0.0
+                rsum = 0.0
                 for t in range(b):
-                    r = f[t] - y[j0 + t]
+                    r = f[t] + c0 - y[j0 + t]
                     loss += r * r
+                    rsum += r
                     e[0, t] = scale * r
                 acc[P] += loss
+                acc[P + 1] += rsum
                 if gate == GATE_OUTPUT:
                     for t in range(b):
                         e[0, t] *= fo[2, t]
@@ -338,7 +367,10 @@ def _objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, nthreads):
     for c in range(nchunks):
         for p in range(width):
             total[p] += partial[c, p]
-    grad = total[:P].copy()
+    grad = np.empty(P + 1 if fit_intercept else P)
+    grad[:P] = total[:P]
+    if fit_intercept:
+        grad[P] = scale * total[P + 1]
     if _linear(gate):  # ∂/∂a_ik = ω_k G_i,  ∂/∂ω_k = Σ_i a_ik·G_i
         for h in range(H):
             for i in range(N):
@@ -352,7 +384,22 @@ def _objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, nthreads):
                         grad[oa + d] = w * G
                         sacc += theta[oa + d] * G
                     grad[h * K + k] += sacc
-    return total[P] / n, grad
+    value = total[P] / n
+    if alpha > 0.0:  # alpha·(‖M‖²_F + ‖a‖²); a triangle's off-diagonal entry counts twice
+        pen = 0.0
+        for m in range(H * (N - 1)):
+            t = o1 + m * T
+            for p in range(D):
+                for q in range(p, D):
+                    w = 1.0 if p == q else 2.0
+                    pen += w * theta[t] * theta[t]
+                    grad[t] += 2.0 * alpha * w * theta[t]
+                    t += 1
+        for t in range(o2, P):
+            pen += theta[t] * theta[t]
+            grad[t] += 2.0 * alpha * theta[t]
+        value += alpha * pen
+    return value, grad
 
 
 def predict(theta, XT, H, N, K, D, gate, act):

@@ -57,15 +57,18 @@ def unpack(theta, shape):
     return MixingMeasure(omega.copy(), M, a.copy())
 
 
-def make_bounds(shape, *, omega_max, param_bound):
+def make_bounds(shape, *, omega_max, param_bound, positive_weights=True):
     """L-BFGS-B bounds of the compact parameter space (A.1), ``0 <= omega <= omega_max``.
 
-    ``param_bound`` bounds every entry of ``M`` and ``a`` in absolute value.
+    ``param_bound`` bounds every entry of ``M`` and ``a`` in absolute value. With
+    ``positive_weights=False`` the weights are signed, ``-omega_max <= omega <= omega_max``
+    (as an attention layer's ``W_O``; assumption (A.2) dropped).
     """
     H, N, K, D = shape
     n_omega = H * K
     n_rest = n_params(H, N, K, D) - n_omega
-    lower = np.concatenate([np.zeros(n_omega), np.full(n_rest, -param_bound)])
+    omega_low = np.zeros(n_omega) if positive_weights else np.full(n_omega, -omega_max)
+    lower = np.concatenate([omega_low, np.full(n_rest, -param_bound)])
     upper = np.concatenate([np.full(n_omega, omega_max), np.full(n_rest, param_bound)])
     return lower, upper
 

@@ -16,10 +16,14 @@ from ._measure import MixingMeasure
 __all__ = ["random_start", "split_heaviest_channel", "check_init_measure"]
 
 
-def random_start(shape, rng, *, x_rms=1.0, y_scale=1.0, omega_max=10.0, param_bound=10.0):
+def random_start(
+    shape, rng, *, x_rms=1.0, y_scale=1.0, omega_max=10.0, param_bound=10.0,
+    positive_weights=True,
+):
     """Draw a random :class:`MixingMeasure` of ``shape = (H, N, K, D)``, scaled to the data.
 
-    ``omega ~ U(0.5, 1.5)``; entries of ``M[h, i]`` (``i < N-1``) ``~ N(0, s_M²)`` with
+    ``omega ~ U(0.5, 1.5)`` (times a random sign when ``positive_weights=False``, drawn after
+    everything else so that the default stream is unchanged); entries of ``M[h, i]`` (``i < N-1``) ``~ N(0, s_M²)`` with
     ``s_M = 1 / (x_rms² √D)``, so that the quadratic forms ``xᵀ M x`` are of order one;
     entries of ``a ~ N(0, s_a²)`` with ``s_a = y_scale / (x_rms √(D H K))``. Everything is
     clipped inside the box of (A.1).
@@ -44,8 +48,12 @@ def random_start(shape, rng, *, x_rms=1.0, y_scale=1.0, omega_max=10.0, param_bo
     M[:, -1] = 0.0
     a = rng.normal(scale=s_a, size=(H, N, K, D))
     lim = 0.99 * param_bound
+    omega_low = 0.0
+    if not positive_weights:
+        omega = omega * rng.choice([-1.0, 1.0], size=(H, K))
+        omega_low = -0.99 * omega_max
     return MixingMeasure(
-        np.clip(omega, 0.0, 0.99 * omega_max), np.clip(M, -lim, lim), np.clip(a, -lim, lim)
+        np.clip(omega, omega_low, 0.99 * omega_max), np.clip(M, -lim, lim), np.clip(a, -lim, lim)
     )
 
 

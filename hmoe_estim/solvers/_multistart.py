@@ -37,7 +37,9 @@ class StartResult:
     message: str
 
 
-def _run_one(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol, n_threads):
+def _run_one(
+    theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol, n_threads, options=(False, 0.0)
+):
     import numba
 
     previous = numba.get_num_threads()
@@ -46,19 +48,19 @@ def _run_one(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol
         threads = 1
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     try:
-        return _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol)
+        return _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol, options)
     finally:
         numba.set_num_threads(previous)
 
 
-def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol):
+def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol, options=(False, 0.0)):
     from ..kernels.objective import objective_and_gradient
 
     H, N, K, D = shape
     g, act = GATE_CODES[gate], ACTIVATION_CODES[activation]
 
     def fun(theta):
-        return objective_and_gradient(theta, XT, y, H, N, K, D, g, act)
+        return objective_and_gradient(theta, XT, y, H, N, K, D, g, act, *options)
 
     # L-BFGS-B's own linear algebra is tiny; a multi-threaded BLAS only spins threads that
     # steal the cores of the Numba kernel (measured: setulb 1.5 ms/call instead of ~10 µs).
@@ -85,7 +87,10 @@ def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol)
     )
 
 
-def run_starts(starts, XT, y, shape, gate, activation, bounds, *, max_iter, tol, n_jobs=None, verbose=0):
+def run_starts(
+    starts, XT, y, shape, gate, activation, bounds, *, max_iter, tol, n_jobs=None, verbose=0,
+    fit_intercept=False, alpha=0.0,
+):
     """Run L-BFGS-B from every start; return the list of :class:`StartResult` in start order.
 
     Parameters
@@ -105,20 +110,28 @@ def run_starts(starts, XT, y, shape, gate, activation, bounds, *, max_iter, tol,
         Parallel starts (joblib). Each worker's Numba thread count is set so that
         ``workers × threads`` does not exceed the machine's cores.
     verbose : int
+    fit_intercept : bool, default=False
+        The starts end with an intercept (see
+        :func:`~hmoe_estim.kernels.objective.objective_and_gradient`).
+    alpha : float, default=0.0
+        Ridge penalty on ``M`` and ``a``.
     """
     from joblib import effective_n_jobs
 
     lower, upper = bounds
+    options = (bool(fit_intercept), float(alpha))
     jobs = min(effective_n_jobs(n_jobs), len(starts))
     if jobs <= 1:
         return [
-            _run_one(t, XT, y, shape, gate, activation, lower, upper, max_iter, tol, None)
+            _run_one(t, XT, y, shape, gate, activation, lower, upper, max_iter, tol, None, options)
             for t in starts
         ]
     import os
 
     threads = max(1, (os.cpu_count() or 1) // jobs)
     return Parallel(n_jobs=jobs, verbose=max(0, verbose - 1))(
-        delayed(_run_one)(t, XT, y, shape, gate, activation, lower, upper, max_iter, tol, threads)
+        delayed(_run_one)(
+            t, XT, y, shape, gate, activation, lower, upper, max_iter, tol, threads, options
+        )
         for t in starts
     )

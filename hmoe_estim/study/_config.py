@@ -289,6 +289,11 @@ class StudyConfig:
                 "fitted model is under-specified; the Voronoi loss has empty cells and cannot "
                 "go to 0."
             )
+        if self.truth.measure is not None and min(min(r) for r in self.truth.measure["omega"]) < 0:
+            out.append(
+                "the true measure has negative weights omega (e.g. W_O of an attention layer): "
+                "the fits keep omega >= 0 (assumption A.2) and cannot reach it."
+            )
         if self.oracle:
             out.append(
                 "fit.init = 'near-truth': the fits start near the true measure. This is an "
