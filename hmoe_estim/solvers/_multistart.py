@@ -112,7 +112,7 @@ def run_starts(
     verbose : int
     fit_intercept : bool, default=False
         The starts end with an intercept (see
-        :func:`~hmoe_estim.kernels.objective.objective_and_gradient`).
+        ``kernels.objective.objective_and_gradient``).
     alpha : float, default=0.0
         Ridge penalty on ``M`` and ``a``.
     """
