@@ -1,6 +1,7 @@
 """Full multi-start L-BFGS-B fits: ``HMoERegressor`` against the same optimiser on peer gradients.
 
-The problem is SPEC §6's configuration (``D = 3``, ``H* = 1``, ``N* = 2``, ``K* = 2`` fitted with
+The problem is the built-in studies' configuration (``D = 3``, ``H* = 1``, ``N* = 2``, ``K* = 2``
+fitted with
 ``K = 3``, sigmoid, ``σ = 0.1``, ``x ~ U[-1, 1]^3``, true entries of size ~2), one data set per
 gate. The starting points are drawn once with :func:`hmoe_estim.model.random_start`
 and given to every contender:

@@ -101,7 +101,7 @@ def test_shapes_and_noise_free_values(gate):
     )
     assert X.shape == (40, 3) and y.shape == (40,)
     assert G.shape == (2, 3, 2, 3)
-    # independent plain-NumPy evaluation of SPEC §2
+    # independent plain-NumPy evaluation of the paper's eq. (2), (9), (12)
     np.testing.assert_allclose(y, f_ref(G.omega, G.M, G.a, X, gate, "tanh"), rtol=1e-12,
                                atol=1e-12)
 

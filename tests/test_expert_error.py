@@ -1,4 +1,4 @@
-"""Expert error (excerpt eq. (7)) and regression error (Proposition 1) against brute force."""
+"""Expert error (paper eq. (7)) and regression error (Proposition 1) against brute force."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""Kernels against independent plain-NumPy evaluations of SPEC §2 and finite differences."""
+"""Kernels against plain-NumPy evaluations of the paper's eq. (2), (9), (12) and finite
+differences."""
 
 import numpy as np
 import pytest

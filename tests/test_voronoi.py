@@ -1,4 +1,4 @@
-"""Voronoi cells and losses (SPEC §4) against a loop-by-loop evaluation written here."""
+"""Voronoi cells and losses (paper, Section 3) against a loop-by-loop evaluation written here."""
 
 import itertools
 
@@ -11,7 +11,7 @@ from hmoe_estim import MixingMeasure, voronoi_cells, voronoi_loss
 from hmoe_estim.metrics._branches import match_tokens, token_cost_tables
 
 # --------------------------------------------------------------------------------------
-# independent slow evaluation, written from SPEC §4
+# independent slow evaluation, written from the definitions in docs/theory.rst
 # --------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""Fused least-squares objective and analytic gradient of the HMoE models (SPEC §2–3).
+"""Fused least-squares objective and analytic gradient of the HMoE models (paper eq. (2), (3),
+(9), (12)).
 
 One pass over the samples computes, for ``theta`` in the layout of
 ``hmoe_estim/model/_parameters.py``,
@@ -7,7 +8,7 @@ One pass over the samples computes, for ``theta`` in the layout of
 
 and its gradient with respect to ``omega``, the free triangles of ``M`` and ``a``.
 
-Layout for speed (SPEC §7): the inputs come transposed, ``XT`` of shape (D, n), and samples
+Layout for speed: the inputs come transposed, ``XT`` of shape (D, n), and samples
 are processed in blocks of ``BLOCK`` with the block index innermost in every loop, so that
 LLVM vectorises across samples. The products ``c_pq x_p x_q`` are formed once per block and
 shared by every ``M[h, i]``; the gate, the expert values and the activations are computed once
@@ -18,7 +19,8 @@ reference-count updates per row per block in compiled code).
 
 Fewer operations for linear experts (gates ``none`` and ``output``): inside head ``h`` every
 channel shares the gate, so ``f`` depends on ``(omega, a)`` only through
-``b[h, i] = Σ_k omega[h, k] a[h, i, k]`` (SPEC §5). The kernel evaluates ``b[h, i]·x`` — H·N
+``b[h, i] = Σ_k omega[h, k] a[h, i, k]`` (the degeneracy behind eq. (5)). The kernel evaluates
+``b[h, i]·x`` — H·N
 dot products per sample instead of H·N·K — and accumulates ``G[h, i] = Σ_j e_j g[h, i](x_j)
 x_j``, from which ``∂/∂a[h, i, k] = omega[h, k] G[h, i]`` and
 ``∂/∂omega[h, k] = Σ_i a[h, i, k]·G[h, i]`` follow once per call.

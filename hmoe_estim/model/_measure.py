@@ -1,6 +1,7 @@
-"""The mixing measure ``G`` of an (H, K, N)-HMoE: the parameters of SPEC §1.
+"""The mixing measure ``G`` of an (H, K, N)-HMoE: the parameters of the model
+(docs: Theory to code, "Parameters: the mixing measure").
 
-``G = Σ_h Σ_k ω[h,k] Σ_i δ_(M[h,i], a[h,i,k])`` (excerpt, after eq. (2)).
+``G = Σ_h Σ_k ω[h,k] Σ_i δ_(M[h,i], a[h,i,k])`` (paper, after eq. (2)).
 """
 
 import numpy as np
@@ -27,7 +28,7 @@ class MixingMeasure:
     """Parameters of a three-level hierarchical mixture of experts.
 
     Heads ``h ∈ [H]``, tokens ``i ∈ [N]`` and value channels ``k ∈ [K]`` on inputs
-    ``x ∈ R^D`` (SPEC §1; the excerpt's ``d̄``).
+    ``x ∈ R^D`` (the paper's ``d̄``).
 
     Parameters
     ----------

@@ -1,8 +1,8 @@
-"""Starting points of the least-squares fit (SPEC §3, §5).
+"""Starting points of the least-squares fit (docs: Theory to code, "Least-squares estimation").
 
 - :func:`random_start` — an ordinary random start scaled to the data (the default);
 - :func:`split_heaviest_channel` — a ``K+1``-channel start from a ``K``-channel fit, made by
-  splitting its heaviest channel in two halves (a non-oracle aid, SPEC §5);
+  splitting its heaviest channel in two halves (an aid that does not use the truth);
 - warm starts from the fit at a smaller ``n`` are simply that fit's ``measure_`` passed as
   ``init``.
 

@@ -1,4 +1,4 @@
-"""Multi-start L-BFGS-B on the least-squares objective (SPEC §3).
+"""Multi-start L-BFGS-B on the least-squares objective (paper eq. (3)).
 
 Each start runs ``scipy.optimize.minimize(method="L-BFGS-B", jac=True, bounds=...)`` on the
 fused Numba objective+gradient. Starts run in parallel through joblib when ``n_jobs`` asks; the

@@ -9,10 +9,10 @@
     hmoe-estim plot OUT [--output FILE]
     hmoe-estim preset NAME            # print a built-in config as TOML, to copy and edit
 
-``reproduce`` runs the built-in study of SPEC §6 (``--quick`` by default; ``--full`` is sized
-like published studies). Every run can be interrupted and resumed by running the same command
-again. User mistakes end with a one-line message on stderr and exit status 2; an interrupted
-run exits with 130.
+``reproduce`` runs the built-in study, the experiment template of the documentation's "Theory to
+code" page (``--quick`` by default; ``--full`` is sized like published studies). Every run can
+be interrupted and resumed by running the same command again. User mistakes end with a one-line
+message on stderr and exit status 2; an interrupted run exits with 130.
 """
 
 import argparse
@@ -66,11 +66,13 @@ def build_parser():
     sub.required = True
 
     p = sub.add_parser("reproduce", help="run the built-in study (MHA vs G1/G2 separation)",
-                       description="Run the built-in study of SPEC §6: D=3, H*=1, N*=2, K*=2 "
+                       description="Run the built-in study (the documentation's experiment "
+                                   "template): D=3, H*=1, N*=2, K*=2 "
                                    "fitted with K=3, sigmoid, sigma=0.1, models none/value/sdpa.")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                      help="5 sample sizes x 8 replications, a few minutes on 2 cores (default)")
+                      help="5 sample sizes x 8 replications, about two minutes on 2 cores "
+                           "(default)")
     size.add_argument("--full", dest="preset", action="store_const", const="full",
                       help="9 sample sizes x 30 replications (resumable)")
     _add_run_options(p)

@@ -1,4 +1,6 @@
-"""Learning curves of a study: log–log plots of each metric against ``n`` (SPEC §6).
+"""Learning curves of a study: log–log plots of each metric against ``n``.
+
+The figure of the experiment template (docs: Theory to code, "The experiment template").
 
 One panel per metric, all models together. For each model and ``n``: the replications as faint
 dots, their mean as a marker, a bar from the 16th to the 84th percentile of the replications
