@@ -200,7 +200,6 @@ def main(argv=None):
     limit_threads(args.threads)
 
     import numpy as np
-
     import peers as P
     from _common import environment, format_table, time_interleaved, wait_for_quiet
 

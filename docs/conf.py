@@ -192,7 +192,7 @@ def _drop_type_docstring(app, what, name, obj, options, lines):
 
 
 class CommandHelp(Directive):
-    """``.. command-help:: [SUBCOMMAND]`` — the ``--help`` text of ``hmoe-estim`` as a literal block.
+    """``.. command-help:: [SUBCOMMAND]``: ``hmoe-estim``'s ``--help`` text as a literal block.
 
     Generated from :func:`hmoe_estim.study.build_parser` at build time, so the page cannot drift
     from the code.

@@ -2,10 +2,11 @@
 
 import numpy as np
 import pytest
-from .reference import f_ref, phi_ref
 
 from hmoe_estim import MixingMeasure, regression_function
 from hmoe_estim.attention import attention_to_measure, multihead_attention
+
+from .reference import f_ref, phi_ref
 
 GATES = ("none", "value", "sdpa", "output")
 SHAPES = [(1, 2, 2, 2), (2, 3, 2, 3), (3, 4, 3, 2)]  # (H, N, d, d_v)

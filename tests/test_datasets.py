@@ -4,10 +4,11 @@ import itertools
 
 import numpy as np
 import pytest
-from .reference import f_ref
 
 from hmoe_estim import MixingMeasure, regression_function
 from hmoe_estim.datasets import make_hmoe_regression, random_measure
+
+from .reference import f_ref
 
 GATES = ("none", "value", "sdpa", "output")
 
@@ -15,7 +16,8 @@ GATES = ("none", "value", "sdpa", "output")
 # --- random_measure ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape", [(1, 2, 2, 2), (1, 2, 3, 3), (2, 3, 3, 4), (3, 2, 1, 2), (1, 2, 2, 1)])
+@pytest.mark.parametrize("shape", [(1, 2, 2, 2), (1, 2, 3, 3), (2, 3, 3, 4), (3, 2, 1, 2),
+                                   (1, 2, 2, 1)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_measure_assumptions(shape, seed):
     H, N, K, D = shape

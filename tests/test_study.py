@@ -9,15 +9,18 @@ import os
 import numpy as np
 import pytest
 
-from hmoe_estim.study import StudyConfig
-from hmoe_estim.study import REQUIRED_KEYS, ResultsError, ResultsWriter, read_results
 from hmoe_estim.study import (
+    REQUIRED_KEYS,
+    ResultsError,
+    ResultsWriter,
+    StudyConfig,
     StudyError,
     fit_seed,
     load_study,
     near_truth_starts,
     plan_fits,
     prepare_out,
+    read_results,
     run_study,
     true_measure,
     write_rates,
@@ -110,10 +113,9 @@ def test_study_writes_every_fit_once(done_study):
 
 def test_metrics_match_direct_computation(done_study):
     """A record's metrics equal the metric functions applied to its stored fitted measure."""
-    from hmoe_estim.metrics import regression_error
+    from hmoe_estim.metrics import regression_error, voronoi_loss
     from hmoe_estim.model import MixingMeasure
     from hmoe_estim.study import reference_sample_for
-    from hmoe_estim.metrics import voronoi_loss
 
     cfg, out, _ = done_study
     rec = read_results(out / "results.jsonl")[0][0]
@@ -179,7 +181,8 @@ def test_rates_json_structure(done_study):
         entry = on_disk[gate]["voronoi_loss"]
         assert {"slope", "slope_ci", "log_lambda", "better_law"} <= set(entry)
         assert entry["better_law"] is None  # two sample sizes only
-    assert rates["none"]["regression_error"]["slope"] == on_disk["none"]["regression_error"]["slope"]
+    slope = on_disk["none"]["regression_error"]["slope"]
+    assert rates["none"]["regression_error"]["slope"] == slope
 
 
 def test_out_is_a_file(tmp_path):

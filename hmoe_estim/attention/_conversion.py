@@ -10,7 +10,8 @@ with an optional non-linearity ``φ`` at one of the gate positions of the paper'
 entry ``(row, column)``, on the input ``x = vec(X) = X.reshape(-1)`` (tokens one after the
 other, ``D = N·d``), so that
 
-``regression_function(G, X.reshape(1, -1), gate=g) == multihead_attention(X, ..., gate=g)[row, column]``
+``regression_function(G, X.reshape(1, -1), gate=g)``
+``== multihead_attention(X, ..., gate=g)[row, column]``
 
 for every gate ``g``: the identity "gated attention meets HMoE" made executable.
 """
@@ -19,8 +20,8 @@ import numbers
 
 import numpy as np
 
-from .._names import ACTIVATION_CODES, check_activation, check_gate
-from ..kernels.activations import activation_values
+from .._names import check_activation, check_gate
+from ..kernels.activations import phi as _phi
 from ..model._measure import MixingMeasure
 
 __all__ = ["multihead_attention", "attention_to_measure"]
@@ -61,12 +62,6 @@ def _check_weights(W_Q, W_K, W_V, W_O):
             f"(H·d_v)×d output projection); got {W_O.shape}."
         )
     return W_Q, W_K, W_V, W_O, (H, d, d_v)
-
-
-def _phi(activation, z):
-    """``φ(z)`` elementwise for an array of any shape (the package's activation kernel)."""
-    values, _ = activation_values(ACTIVATION_CODES[activation], np.ascontiguousarray(z).ravel())
-    return values.reshape(z.shape)
 
 
 def multihead_attention(X, W_Q, W_K, W_V, W_O, *, gate="none", activation="sigmoid"):

@@ -44,7 +44,8 @@ def _draw_experts(rng, n_total, D, scale, min_separation):
         while count < n_total:
             for _ in range(_TRIES_PER_EXPERT):
                 cand = _signed_magnitudes(rng, D, scale)
-                if count == 0 or np.min(np.linalg.norm(accepted[:count] - cand, axis=1)) >= min_separation:
+                if (count == 0 or np.min(np.linalg.norm(accepted[:count] - cand, axis=1))
+                        >= min_separation):
                     accepted[count] = cand
                     count += 1
                     break

@@ -19,11 +19,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._names import GATE_LABELS, check_activation, check_gate
 from .._validation import check_count, check_positive
-from ..model._starts import check_init_measure, random_start
 from ..model._measure import MixingMeasure
-from ..solvers._multistart import run_starts
 from ..model._parameters import make_bounds, n_params, pack, unpack
 from ..model._regression import evaluate
+from ..model._starts import check_init_measure, random_start
+from ..solvers._multistart import run_starts
 
 __all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor"]
 

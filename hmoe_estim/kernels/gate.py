@@ -9,10 +9,10 @@ before ``exp``: no overflow for any finite input.
 from numba import njit
 
 from .rows import combine_rows
+from .target import FASTMATH, wide_vectors
 from .vexp import vexp
-from .target import wide_vectors
 
-_FM = {"reassoc", "contract"}
+_FM = FASTMATH
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)

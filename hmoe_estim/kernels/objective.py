@@ -60,7 +60,7 @@ GATE_NONE, GATE_VALUE, GATE_SDPA, GATE_OUTPUT = 0, 1, 2, 3
 
 @njit(cache=True)
 def _offsets(H, N, K, D):
-    """Offsets of ``M`` and ``a`` in ``theta`` and its length (``hmoe_estim/model/_parameters.py``)."""
+    """Offsets of ``M`` and ``a`` in ``theta`` and its length (``model/_parameters.py``)."""
     T = D * (D + 1) // 2
     o1 = H * K
     o2 = o1 + H * (N - 1) * T

@@ -15,8 +15,8 @@ of each sample is the product of two rows, formed on the fly.
 ``gated_sum``: ``out[t] = Σ_i g[r0 + i, t] · vals[r0 + i, t]`` — a head's output
 ``f_h = Σ_i g_i v_i`` from its gate and its per-token values.
 
-The first two work on four rows at a time (one pass over the block per four rows, the remainder of one
-to three rows in one more pass): each pass over the block has a fixed cost (loop set-up,
+The first two work on four rows at a time (one pass over the block per four rows, the remainder
+of one to three rows in one more pass): each pass over the block has a fixed cost (loop set-up,
 alias checks, the final horizontal sums), so fewer, fuller passes are faster.
 """
 

@@ -25,8 +25,8 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .._names import ACTIVATION_CODES, check_activation, check_gate
-from ..kernels.activations import activation_values
+from .._names import check_gate
+from ..kernels.activations import phi
 from ..model._measure import MixingMeasure
 from ..model._regression import check_inputs
 
@@ -143,14 +143,6 @@ def reference_sample(n_features, X_ref=None, *, n_ref=DEFAULT_N_REF, random_stat
         raise ValueError(f"n_ref must be a positive integer; got {n_ref!r}.")
     rng = np.random.default_rng(random_state)
     return rng.uniform(-1.0, 1.0, size=(int(n_ref), n_features))
-
-
-def phi(activation, z):
-    """``φ(z)`` elementwise for an array of any shape (the package's own activation kernels)."""
-    check_activation(activation)
-    z = np.asarray(z, dtype=np.float64)
-    values, _ = activation_values(ACTIVATION_CODES[activation], np.ascontiguousarray(z.ravel()))
-    return values.reshape(z.shape)
 
 
 def token_gate(measure, X):

@@ -21,6 +21,7 @@ when a true expert is missed.
 import numpy as np
 
 from .._names import check_activation, check_gate
+from ..model._regression import regression_function
 from ._branches import (
     DEFAULT_N_REF,
     check_measure_pair,
@@ -30,7 +31,6 @@ from ._branches import (
     resolve_expert,
     token_cost_tables,
 )
-from ..model._regression import regression_function
 from ._voronoi import _voronoi_details, voronoi_cells
 
 __all__ = ["expert_error", "regression_error", "WEIGHTINGS"]

@@ -64,7 +64,8 @@ class MixingMeasure:
         a = _as_float_array(a, "a", 4)
         H, K = omega.shape
         if H < 1 or K < 1:
-            raise ValueError(f"omega must have at least one head and one channel; got shape {omega.shape}.")
+            raise ValueError("omega must have at least one head and one channel; got shape "
+                             f"{omega.shape}.")
         if M.shape[0] != H:
             raise ValueError(
                 f"M has {M.shape[0]} heads but omega has {H}: M must have shape (H, N, D, D) "

@@ -68,10 +68,3 @@ def make_bounds(shape, *, omega_max, param_bound):
     lower = np.concatenate([np.zeros(n_omega), np.full(n_rest, -param_bound)])
     upper = np.concatenate([np.full(n_omega, omega_max), np.full(n_rest, param_bound)])
     return lower, upper
-
-
-def measure_to_arrays(measure):
-    """``(omega, M, a)`` arrays of a measure (helper for kernels that take arrays)."""
-    if not isinstance(measure, MixingMeasure):
-        raise ValueError(f"Expected a MixingMeasure; got {type(measure).__name__}.")
-    return measure.omega, measure.M, measure.a

@@ -83,7 +83,8 @@ def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol)
     )
 
 
-def run_starts(starts, XT, y, shape, gate, activation, bounds, *, max_iter, tol, n_jobs=None, verbose=0):
+def run_starts(starts, XT, y, shape, gate, activation, bounds, *, max_iter, tol, n_jobs=None,
+               verbose=0):
     """Run L-BFGS-B from every start; return the list of :class:`StartResult` in start order.
 
     Parameters

@@ -109,8 +109,8 @@ def _labels(config):
 
 
 def _summarise(out, config, records, *, eps=None, n_boot=2000, plot=True):
-    from ._rates import format_rates_table
     from ._diagnostics import fit_diagnostics, format_diagnostics, write_rates
+    from ._rates import format_rates_table
 
     rates = write_rates(out, records=records, config=config, eps=eps, n_boot=n_boot)
     print(format_rates_table(rates, labels=_labels(config)))
@@ -204,11 +204,10 @@ def _dispatch(args):
         _summarise(args.out, config, records, eps=args.eps, n_boot=args.n_boot, plot=False)
         return 0
     if args.command == "plot":
+        from ._diagnostics import sort_records
         from ._plotting import plot_learning_curves
         from ._rates import rates_from_records
         from ._store import StudyError, load_study
-
-        from ._diagnostics import sort_records
 
         config, records = load_study(args.out)
         records = sort_records(config, records)

@@ -329,7 +329,7 @@ class StudyConfig:
 
     def config_hash(self):
         """SHA-256 (16 hex digits) of the canonical JSON of :meth:`to_dict`, without the
-        descriptive fields (:data:`DESCRIPTIVE_KEYS`): rewording a description does not make a
+        descriptive fields (``DESCRIPTIVE_KEYS``): rewording a description does not make a
         stored study a different one."""
         d = without_descriptive(self.to_dict())
         text = json.dumps(d, sort_keys=True, separators=(",", ":"))
@@ -633,7 +633,8 @@ def load_preset(name):
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {list(PRESETS)}.")
     try:
-        text = resources.files("hmoe_estim.study").joinpath("presets", f"{name}.toml").read_text("utf-8")
+        path = resources.files("hmoe_estim.study").joinpath("presets", f"{name}.toml")
+        text = path.read_text("utf-8")
     except OSError as exc:
         raise ConfigError(
             f"the preset file presets/{name}.toml is missing from this installation ({exc}); "

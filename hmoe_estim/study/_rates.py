@@ -373,7 +373,8 @@ def format_rates_table(rates, *, labels=None):
             lines.append(
                 f"{name:<12} {metric:<17} {r['slope']:>8.3f} "
                 f"{'[' + _fmt(lo) + ', ' + _fmt(hi) + ']':>18} "
-                f"{r['log_lambda']:>7.2f} {'[' + _fmt(llo, '.2f') + ', ' + _fmt(lhi, '.2f') + ']':>17} "
+                f"{r['log_lambda']:>7.2f} "
+                f"{'[' + _fmt(llo, '.2f') + ', ' + _fmt(lhi, '.2f') + ']':>17} "
                 f"{r['better_law'] or '-':>6} {r['eps']:>9.2e} "
                 f"{_fmt(ln['power'], '.1f') + ' / ' + _fmt(ln['log'], '.3g'):>21}"
             )

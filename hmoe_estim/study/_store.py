@@ -132,7 +132,8 @@ def prepare_out(out, config):
                               or without_descriptive(old) != without_descriptive(new)):
             diffs = _diff_configs(without_descriptive(old) if isinstance(old, dict) else {},
                                   without_descriptive(new))
-            shown = "; ".join(diffs[:8]) + (f"; ... ({len(diffs)} differences)" if len(diffs) > 8 else "")
+            more = f"; ... ({len(diffs)} differences)" if len(diffs) > 8 else ""
+            shown = "; ".join(diffs[:8]) + more
             raise StudyError(
                 f"{out} already holds a study with a different configuration (hash {old_hash}, "
                 f"this one {h}): {shown or 'same keys, other values'}. Use another --out, or "
