@@ -1,9 +1,8 @@
 """Configuration of a sample-complexity study: dataclasses, TOML loading, validation, presets.
 
 A study (docs: Theory to code, "The experiment template") fits every model on fresh data from
-one true measure ``G*``, for every
-sample size of a grid and a number of replications. Its TOML file has these parts (every key
-optional unless marked; unknown keys are an error)::
+one true measure ``G*``, for every sample size of a grid and a number of replications. Its TOML
+file has these parts (every key optional unless marked; unknown keys are an error)::
 
     name = "my-study"              # label
     description = ""
