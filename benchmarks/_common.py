@@ -95,9 +95,10 @@ def time_interleaved(fns, *, warmup=2, min_repeats=5, max_repeats=200, min_time=
     call, which wakes the library's thread pool after another library ran, then timed calls
     until ``block_time`` seconds have passed. Rounds continue until every function has
     ``min_repeats`` timed calls and the slowest has used ``min_time`` seconds, or all have
-    ``max_repeats`` calls (a function stops being called once it has them). Calling each library back to back, rather than alternating single
-    calls, keeps one library's idle spinning threads from stealing the cores of the next
-    (OpenMP, Eigen and OpenBLAS pools spin for a while before they sleep). Before each block
+    ``max_repeats`` calls (a function stops being called once it has them). Calling each
+    library back to back, rather than alternating single calls, keeps one library's idle
+    spinning threads from stealing the cores of the next (OpenMP, Eigen and OpenBLAS pools
+    spin for a while before they sleep). Before each block
     the process sleeps ``settle`` seconds: OpenBLAS's idle workers spin for ~0.1-0.15 s after
     a call (measured here: the Numba kernel ran at half speed for 140 ms after one NumPy
     ``matmul``), so without the pause the library timed after NumPy pays for NumPy's pool.
@@ -123,7 +124,6 @@ def time_interleaved(fns, *, warmup=2, min_repeats=5, max_repeats=200, min_time=
                 time.sleep(settle)  # let the previous library's pool go to sleep
             fns[nm]()  # untimed: wake this library's pool
             f0 = _minor_faults()
-            c0 = len(times[nm])
             t_block = time.perf_counter()
             while True:
                 t0 = time.perf_counter()
@@ -174,9 +174,8 @@ def _cpu_model():
 
 def environment():
     """Versions, CPU and thread set-up of this process (for the JSON output)."""
-    from _threads import thread_report
-
     import numba
+    from _threads import thread_report
 
     info = {
         "python": platform.python_version(),

@@ -1,6 +1,7 @@
 """Full multi-start L-BFGS-B fits: ``HMoERegressor`` against the same optimiser on peer gradients.
 
-The problem is SPEC §6's configuration (``D = 3``, ``H* = 1``, ``N* = 2``, ``K* = 2`` fitted with
+The problem is the built-in studies' configuration (``D = 3``, ``H* = 1``, ``N* = 2``, ``K* = 2``
+fitted with
 ``K = 3``, sigmoid, ``σ = 0.1``, ``x ~ U[-1, 1]^3``, true entries of size ~2), one data set per
 gate. The starting points are drawn once with :func:`hmoe_estim.model.random_start`
 and given to every contender:
@@ -15,11 +16,11 @@ The loop is the estimator's: ``scipy.optimize.minimize(method="L-BFGS-B", jac=Tr
 ``np.clip(pack(start), lower, upper)`` with the bounds of
 :func:`hmoe_estim.model.make_bounds` and the options ``maxiter``, ``ftol = gtol = tol``,
 ``maxfun = max(15000, 3 maxiter)``, with the BLAS inside SciPy limited to one thread (as the
-estimator does; the NumPy peer's own BLAS keeps its threads). Reported: wall time of all starts, L-BFGS iterations and
-objective+gradient evaluations summed over starts, wall time per evaluation, best final
-objective. Float round-off differs between implementations and L-BFGS-B amplifies it on a
-non-convex loss, so the iteration counts and optima can differ slightly between contenders;
-time per evaluation is the like-for-like figure.
+estimator does; the NumPy peer's own BLAS keeps its threads). Reported: wall time of all
+starts, L-BFGS iterations and objective+gradient evaluations summed over starts, wall time
+per evaluation, best final objective. Float round-off differs between implementations and
+L-BFGS-B amplifies it on a non-convex loss, so the iteration counts and optima can differ
+slightly between contenders; time per evaluation is the like-for-like figure.
 
 Usage::
 
@@ -134,7 +135,6 @@ def main(argv=None):
     import warnings
 
     import numpy as np
-
     import peers as P
     from _common import environment, format_table, wait_for_quiet
 
@@ -145,8 +145,7 @@ def main(argv=None):
     from sklearn.utils import check_random_state
 
     from hmoe_estim import HMoERegressor, make_hmoe_regression
-    from hmoe_estim.model import random_start
-    from hmoe_estim.model import make_bounds, pack
+    from hmoe_estim.model import make_bounds, pack, random_start
 
     H, N, K_true, K, D = 1, 2, 2, 3, 3
     shape = (H, N, K, D)

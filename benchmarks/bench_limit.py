@@ -1,7 +1,8 @@
 """How close the kernel comes to the machine's limit on the work it must do.
 
 1. **Useful work per sample** of one objective+gradient evaluation, counted from the formulas
-   (SPEC §2–3) for ``(H, N, K, D)`` with ``T = D (D + 1) / 2`` — multiply–adds (MA; one
+   (paper eq. (2), (3), (9), (12)) for ``(H, N, K, D)`` with ``T = D (D + 1) / 2`` —
+   multiply–adds (MA; one
    multiply, add or multiply-add each) and transcendental calls (``exp``; the sigmoid is one
    ``exp`` and one division):
 
@@ -199,7 +200,6 @@ def main(argv=None):
     limit_threads(args.threads)
 
     import numpy as np
-
     import peers as P
     from _common import environment, format_table, time_interleaved, wait_for_quiet
 

@@ -65,7 +65,6 @@ def worker_time(args):
 
     limit_threads(args.threads)
     import numpy as np
-
     import peers as P
     from _common import time_interleaved, wait_for_quiet
 
@@ -132,8 +131,8 @@ def worker_memory(args):
 
     limit_threads(args.threads)
     import numpy as np
-
     import peers as P
+
     from hmoe_estim import HMoERegressor
     from hmoe_estim._names import ACTIVATION_CODES, GATE_CODES
     from hmoe_estim.kernels.objective import objective_and_gradient, predict

@@ -6,7 +6,8 @@ Each measurement is a fresh ``python`` subprocess:
   ``from hmoe_estim import HMoERegressor`` (pulls scikit-learn and SciPy), timed inside the
   process with ``time.perf_counter`` around the import;
 - the first small fit: ``HMoERegressor(n_experts=2, gate="value", n_starts=2, max_iter=200)``
-  on 500 samples of SPEC §6's configuration (``K = K* = 2``), timed from before the import to
+  on 500 samples of the built-in studies' configuration (``K = K* = 2``), timed from before
+  the import to
   after the fit, with Numba's cache
   *warm* (the package's ``__pycache__``, filled by a first run) and *cold*
   (``NUMBA_CACHE_DIR`` pointing at a fresh empty directory: every kernel compiles).

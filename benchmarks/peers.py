@@ -1,7 +1,7 @@
 """Peer implementations of the least-squares objective and its gradient, for benchmarking.
 
 Every peer computes exactly what :func:`hmoe_estim.kernels.objective.objective_and_gradient`
-computes (SPEC §2–3, eq. (3) divided by ``n``)::
+computes (paper eq. (3) divided by ``n``)::
 
     L(theta) = (1/n) Σ_j (f_theta(x_j) − y_j)²
 

@@ -31,9 +31,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-import hmoe_estim  # noqa: E402
 from docutils import nodes  # noqa: E402
 from docutils.parsers.rst import Directive  # noqa: E402
+
+import hmoe_estim  # noqa: E402
 
 # -- project -----------------------------------------------------------------------------------
 project = "hmoe-estim"
@@ -53,7 +54,7 @@ extensions = [
 ]
 
 templates_path = ["_templates"]
-exclude_patterns = ["_build", "_notes", "Thumbs.db", ".DS_Store", "examples/*.py"]
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "examples/*.py"]
 source_suffix = {".rst": "restructuredtext"}
 root_doc = "index"
 default_role = "code"
@@ -191,7 +192,7 @@ def _drop_type_docstring(app, what, name, obj, options, lines):
 
 
 class CommandHelp(Directive):
-    """``.. command-help:: [SUBCOMMAND]`` — the ``--help`` text of ``hmoe-estim`` as a literal block.
+    """``.. command-help:: [SUBCOMMAND]``: ``hmoe-estim``'s ``--help`` text as a literal block.
 
     Generated from :func:`hmoe_estim.study.build_parser` at build time, so the page cannot drift
     from the code.
@@ -249,7 +250,7 @@ def setup(app):
     app.connect("autodoc-process-bases", _public_bases)
     app.connect("autodoc-process-docstring", _drop_type_docstring, priority=100)
 
-# A role that marks the parts of the theory page that go beyond the paper excerpt.
+# A role that marks the parts of the theory page that go beyond the available paper text.
 rst_prolog = """
 .. role:: reconstructed
    :class: reconstructed

@@ -1,6 +1,6 @@
 """Choose the number of value channels ``K`` with ``GridSearchCV``.
 
-``K*`` is unknown in practice (SPEC §3). Cross-validated prediction error cannot fall by
+``K*`` is unknown in practice (paper, Section 1). Cross-validated prediction error cannot fall by
 adding channels beyond ``K*`` — an over-specified model fits the same function — but it rises
 when ``K < K*``. This example searches ``n_experts`` in ``1..4`` for a G1 model (gate after the
 attention output), scores every candidate by held-out ``R²`` and, because ``G*`` is known here,

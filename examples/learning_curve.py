@@ -38,7 +38,8 @@ def run(n_samples=4000, train_sizes=(0.1, 0.25, 0.5, 1.0), n_splits=3, n_starts=
     loss : ndarray of shape (n_sizes, n_splits)
         ``L_2`` Voronoi loss of each fit against ``G*``.
     """
-    # the true measure: D = 3, H* = 1, N* = 2, K* = 2, entries of size ~2 (SPEC §6)
+    # the true measure: D = 3, H* = 1, N* = 2, K* = 2, entries of size ~2
+    # (docs, Theory to code: the experiment template)
     G = random_measure(n_heads=1, n_tokens=2, n_experts=2, n_features=3, scale=2.0,
                        random_state=random_state)
     X, y = make_hmoe_regression(n_samples, measure=G, gate="value", noise=0.1,

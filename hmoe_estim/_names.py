@@ -1,6 +1,6 @@
 """Names of the gate positions and activations, and their checks.
 
-Gate positions follow the gated-attention literature (SPEC §2):
+Gate positions follow the gated-attention literature (paper eq. (2), (9), (12)):
 
 ========== ======== ==============================================================
 ``gate``   paper    regression function

@@ -1,4 +1,4 @@
-"""Independent plain-NumPy evaluations of SPEC formulas, written loop by loop for tests.
+"""Independent plain-NumPy evaluations of the paper's formulas, written loop by loop for tests.
 
 Nothing here imports the package's kernels: these are the yardsticks the kernels are checked
 against.
@@ -32,7 +32,7 @@ def gate_ref(M_h, x):
 
 
 def f_ref(omega, M, a, X, gate="none", activation="sigmoid"):
-    """SPEC §2, one sample at a time."""
+    """Paper eq. (2), (9), (12) and G5, one sample at a time."""
     H, N, K, D = a.shape
     out = np.empty(len(X))
     for j, x in enumerate(X):

@@ -2,10 +2,11 @@
 
 import numpy as np
 import pytest
-from .reference import f_ref, phi_ref
 
 from hmoe_estim import MixingMeasure, regression_function
 from hmoe_estim.attention import attention_to_measure, multihead_attention
+
+from .reference import f_ref, phi_ref
 
 GATES = ("none", "value", "sdpa", "output")
 SHAPES = [(1, 2, 2, 2), (2, 3, 2, 3), (3, 4, 3, 2)]  # (H, N, d, d_v)
@@ -94,7 +95,7 @@ def test_softmax_stable_for_large_scores():
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_every_entry_is_an_hmoe(shape, seed):
-    """The identity of excerpt Section 2: entry (row, column) == f_G(vec X), all gates."""
+    """The identity of the paper's Section 2: entry (row, column) == f_G(vec X), all gates."""
     H, N, d, d_v = shape
     X, W_Q, W_K, W_V, W_O = random_weights(H, N, d, d_v, seed=seed)
     x = X.reshape(1, -1)

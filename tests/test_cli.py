@@ -12,9 +12,7 @@ import tomllib
 import numpy as np
 import pytest
 
-from hmoe_estim.study import main
-from hmoe_estim.study import ConfigError, StudyConfig, load_config, load_preset
-from hmoe_estim.study import read_results
+from hmoe_estim.study import ConfigError, StudyConfig, load_config, load_preset, main, read_results
 
 TINY_TOML = """
 name = "tiny"
@@ -88,7 +86,8 @@ def test_log_grid_and_models_as_tables():
 def test_explicit_truth_measure(tmp_path):
     M = np.zeros((1, 2, 2, 2))
     M[0, 0] = [[1.0, 0.5], [0.5, -1.0]]
-    measure = {"omega": [[1.0, 0.5]], "M": M.tolist(), "a": np.arange(8.0).reshape(1, 2, 2, 2).tolist()}
+    measure = {"omega": [[1.0, 0.5]], "M": M.tolist(),
+               "a": np.arange(8.0).reshape(1, 2, 2, 2).tolist()}
     (tmp_path / "truth.json").write_text(json.dumps(measure))
     cfg = load_config(write(tmp_path, 'models = ["none"]\n[truth]\nfile = "truth.json"\n'))
     assert cfg.true_shape == (1, 2, 2, 2) and cfg.truth.measure["a"] == measure["a"]

@@ -4,10 +4,11 @@ import itertools
 
 import numpy as np
 import pytest
-from .reference import f_ref
 
 from hmoe_estim import MixingMeasure, regression_function
 from hmoe_estim.datasets import make_hmoe_regression, random_measure
+
+from .reference import f_ref
 
 GATES = ("none", "value", "sdpa", "output")
 
@@ -15,7 +16,8 @@ GATES = ("none", "value", "sdpa", "output")
 # --- random_measure ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape", [(1, 2, 2, 2), (1, 2, 3, 3), (2, 3, 3, 4), (3, 2, 1, 2), (1, 2, 2, 1)])
+@pytest.mark.parametrize("shape", [(1, 2, 2, 2), (1, 2, 3, 3), (2, 3, 3, 4), (3, 2, 1, 2),
+                                   (1, 2, 2, 1)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_measure_assumptions(shape, seed):
     H, N, K, D = shape
@@ -101,7 +103,7 @@ def test_shapes_and_noise_free_values(gate):
     )
     assert X.shape == (40, 3) and y.shape == (40,)
     assert G.shape == (2, 3, 2, 3)
-    # independent plain-NumPy evaluation of SPEC §2
+    # independent plain-NumPy evaluation of the paper's eq. (2), (9), (12)
     np.testing.assert_allclose(y, f_ref(G.omega, G.M, G.a, X, gate, "tanh"), rtol=1e-12,
                                atol=1e-12)
 

@@ -2,7 +2,7 @@
 
 Runs, each in a subprocess, into a temporary directory:
 
-* ``python -m sphinx -W --keep-going -b html docs <tmp>/html`` — the site (issue 6);
+* ``python -m sphinx -W --keep-going -b html docs <tmp>/html`` — the site;
 * ``python -m sphinx -W --keep-going -b doctest docs <tmp>/doctest`` — the ``.. doctest::``
   blocks of the pages (same doctree cache as the HTML build, so the pages are read once);
 * ``python -m pytest --doctest-modules hmoe_estim`` — the ``Examples`` sections of the

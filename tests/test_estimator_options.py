@@ -11,8 +11,14 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from hmoe_estim import G1Regressor, G2Regressor, HMoERegressor, MHARegressor, MixingMeasure
-from hmoe_estim import regression_function
+from hmoe_estim import (
+    G1Regressor,
+    G2Regressor,
+    HMoERegressor,
+    MHARegressor,
+    MixingMeasure,
+    regression_function,
+)
 from hmoe_estim._names import ACTIVATION_CODES, GATE_CODES, GATES
 from hmoe_estim.estimators import PoorFitWarning
 from hmoe_estim.kernels.objective import BLOCK, objective_and_gradient

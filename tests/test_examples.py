@@ -4,7 +4,6 @@ import pathlib
 import subprocess
 import sys
 
-
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
 

@@ -1,17 +1,17 @@
-"""Expert error (excerpt eq. (7)) and regression error (Proposition 1) against brute force."""
+"""Expert error (paper eq. (7)) and regression error (Proposition 1) against brute force."""
 
 import numpy as np
 import pytest
 
 from hmoe_estim import MixingMeasure, regression_function
-
 from hmoe_estim.metrics import expert_error, regression_error
 
 from .reference import f_ref, phi_ref, random_arrays
 from .test_voronoi import slow_branches, slow_cells, slow_pair_cost, split_fit, true_measure
 
 
-def brute_expert_error(G, Gs, X, gate="none", activation="sigmoid", weighting="heaviest", reading=None):
+def brute_expert_error(G, Gs, X, gate="none", activation="sigmoid", weighting="heaviest",
+                       reading=None):
     """Per true expert (h, i, k): max over x of |ê(x) − e*(x)|, loop by loop."""
     if reading is None:
         reading = "activated" if gate == "value" else "linear"
@@ -80,7 +80,8 @@ def test_matches_brute_force(gate, weighting, seed, X_small):
     want = brute_expert_error(G, Gs, X_small, gate=gate, weighting=weighting)
     got = expert_error(G, Gs, gate=gate, X_ref=X_small, weighting=weighting, per_expert=True)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
-    assert expert_error(G, Gs, gate=gate, X_ref=X_small, weighting=weighting) == pytest.approx(want.max())
+    got = expert_error(G, Gs, gate=gate, X_ref=X_small, weighting=weighting)
+    assert got == pytest.approx(want.max())
 
 
 @pytest.mark.parametrize("reading", ["linear", "activated"])
@@ -127,7 +128,8 @@ def test_grows_with_perturbation():
     rng = np.random.default_rng(8)
     Gs = true_measure(rng, H=1, N=3, K=2, D=3)
     da = rng.normal(size=Gs.a.shape)
-    errs = [expert_error(MixingMeasure(Gs.omega, Gs.M, Gs.a + t * da), Gs) for t in (1e-3, 1e-2, 1e-1)]
+    errs = [expert_error(MixingMeasure(Gs.omega, Gs.M, Gs.a + t * da), Gs)
+            for t in (1e-3, 1e-2, 1e-1)]
     assert np.all(np.diff(errs) > 0)
 
 
@@ -142,9 +144,8 @@ def test_regression_error_direct(gate, activation, X_small):
         Gs.omega, Gs.M, Gs.a, X_small, gate, activation
     )
     want = np.sqrt(np.mean(diff**2))
-    assert regression_error(G, Gs, gate=gate, activation=activation, X_ref=X_small) == pytest.approx(
-        want, rel=1e-10
-    )
+    got = regression_error(G, Gs, gate=gate, activation=activation, X_ref=X_small)
+    assert got == pytest.approx(want, rel=1e-10)
     # default reference sample: seeded uniform on [-1, 1]^D
     X_def = np.random.default_rng(0).uniform(-1, 1, size=(4096, 3))
     d2 = regression_function(G, X_def, gate=gate, activation=activation) - regression_function(

@@ -75,11 +75,10 @@ def test_old_module_paths_still_import(path):
 def test_old_and_new_paths_give_the_same_objects():
     from hmoe_estim.config import StudyConfig as old_config
     from hmoe_estim.estimator import HMoERegressor as old_estimator
-    from hmoe_estim.voronoi import VoronoiCells as old_cells
-
     from hmoe_estim.estimators import HMoERegressor
     from hmoe_estim.metrics import VoronoiCells
     from hmoe_estim.study import StudyConfig
+    from hmoe_estim.voronoi import VoronoiCells as old_cells
 
     assert old_estimator is HMoERegressor
     assert old_cells is VoronoiCells

@@ -6,9 +6,13 @@ import sys
 import numpy as np
 import pytest
 
-from hmoe_estim.study import PlottingError, plot_learning_curves
-from hmoe_estim.study import ProgressBar, format_duration
-from hmoe_estim.study import rates_from_records
+from hmoe_estim.study import (
+    PlottingError,
+    ProgressBar,
+    format_duration,
+    plot_learning_curves,
+    rates_from_records,
+)
 
 
 def _records():

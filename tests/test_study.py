@@ -9,15 +9,18 @@ import os
 import numpy as np
 import pytest
 
-from hmoe_estim.study import StudyConfig
-from hmoe_estim.study import REQUIRED_KEYS, ResultsError, ResultsWriter, read_results
 from hmoe_estim.study import (
+    REQUIRED_KEYS,
+    ResultsError,
+    ResultsWriter,
+    StudyConfig,
     StudyError,
     fit_seed,
     load_study,
     near_truth_starts,
     plan_fits,
     prepare_out,
+    read_results,
     run_study,
     true_measure,
     write_rates,
@@ -110,10 +113,9 @@ def test_study_writes_every_fit_once(done_study):
 
 def test_metrics_match_direct_computation(done_study):
     """A record's metrics equal the metric functions applied to its stored fitted measure."""
-    from hmoe_estim.metrics import regression_error
+    from hmoe_estim.metrics import regression_error, voronoi_loss
     from hmoe_estim.model import MixingMeasure
     from hmoe_estim.study import reference_sample_for
-    from hmoe_estim.metrics import voronoi_loss
 
     cfg, out, _ = done_study
     rec = read_results(out / "results.jsonl")[0][0]
@@ -142,6 +144,34 @@ def test_other_config_is_refused(done_study):
         run(tiny(fit={"n_starts": 2}), out)
 
 
+def test_description_is_not_hashed():
+    assert tiny(description="one wording").config_hash() == tiny(description="other").config_hash()
+    assert tiny(seed=4).config_hash() != tiny().config_hash()
+
+
+def test_folder_with_old_description_and_old_style_hash_resumes(tmp_path):
+    """A folder written when the description was part of the hash, with another wording of the
+    description, resumes without redoing a fit; a real change is still refused."""
+    out = tmp_path / "old"
+    cfg = tiny(grid={"n": [40], "reps": 1}, models=["none"], description="new wording")
+    assert run(cfg, out)["n_run"] == 1
+    path = out / "config.json"
+    stored = json.loads(path.read_text())
+    stored["config"]["description"] = "old wording, as an earlier release wrote it"
+    text = json.dumps(stored["config"], sort_keys=True, separators=(",", ":"))
+    stored["config_hash"] = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    assert stored["config_hash"] != cfg.config_hash()
+    path.write_text(json.dumps(stored, indent=1))
+    written = path.read_bytes()
+    results = (out / "results.jsonl").read_bytes()
+    summary = run(cfg, out)
+    assert summary["n_run"] == 0 and summary["n_skipped"] == 1
+    assert (out / "results.jsonl").read_bytes() == results
+    assert path.read_bytes() == written  # the user's config.json is left as it was
+    with pytest.raises(StudyError, match=r"different configuration.*fit\.n_starts: 1 -> 2"):
+        run(cfg.with_changes(fit={"n_starts": 2}), out)
+
+
 def test_rates_json_structure(done_study):
     _, out, _ = done_study
     rates = write_rates(str(out), n_boot=50)
@@ -151,7 +181,8 @@ def test_rates_json_structure(done_study):
         entry = on_disk[gate]["voronoi_loss"]
         assert {"slope", "slope_ci", "log_lambda", "better_law"} <= set(entry)
         assert entry["better_law"] is None  # two sample sizes only
-    assert rates["none"]["regression_error"]["slope"] == on_disk["none"]["regression_error"]["slope"]
+    slope = on_disk["none"]["regression_error"]["slope"]
+    assert rates["none"]["regression_error"]["slope"] == slope
 
 
 def test_out_is_a_file(tmp_path):

@@ -1,17 +1,18 @@
-"""Voronoi cells and losses (SPEC §4) against a loop-by-loop evaluation written here."""
+"""Voronoi cells and losses (paper, Section 3) against a loop-by-loop evaluation written here."""
 
 import itertools
 
 import numpy as np
 import pytest
-from .reference import gate_ref, phi_ref, random_arrays
 from scipy.optimize import linear_sum_assignment
 
 from hmoe_estim import MixingMeasure, voronoi_cells, voronoi_loss
 from hmoe_estim.metrics._branches import match_tokens, token_cost_tables
 
+from .reference import gate_ref, phi_ref, random_arrays
+
 # --------------------------------------------------------------------------------------
-# independent slow evaluation, written from SPEC §4
+# independent slow evaluation, written from the definitions in docs/theory.rst
 # --------------------------------------------------------------------------------------
 
 
@@ -228,7 +229,8 @@ def test_token_swap_is_gauge_aware():
         C = np.array(
             [
                 [
-                    np.linalg.norm(G.M[0, j] - Gs.M[0, i]) + np.linalg.norm(G.a[0, j, k] - Gs.a[0, i, k])
+                    np.linalg.norm(G.M[0, j] - Gs.M[0, i])
+                    + np.linalg.norm(G.a[0, j, k] - Gs.a[0, i, k])
                     for j in range(3)
                 ]
                 for i in range(3)
@@ -249,7 +251,8 @@ def test_hungarian_equals_enumeration(N):
         M_true = rng.normal(size=(N, D, D))
         M_true = M_true + M_true.transpose(0, 2, 1)
         M_true -= M_true[-1]
-        cM, ca = token_cost_tables(M_fit, rng.normal(size=(N, D)), M_true, rng.normal(size=(N, D)), e)
+        cM, ca = token_cost_tables(M_fit, rng.normal(size=(N, D)), M_true,
+                                   rng.normal(size=(N, D)), e)
         p1, c1 = match_tokens(cM, ca, method="enumerate")
         p2, c2 = match_tokens(cM, ca, method="hungarian")
         assert c1 == pytest.approx(c2, rel=1e-12)

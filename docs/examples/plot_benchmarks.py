@@ -1,6 +1,6 @@
 """Speed of the fused Numba kernel against NumPy, PyTorch and JAX (figure of the performance page).
 
-Reads the JSON files that the benchmark scripts wrote (copied to ``docs/_static/perf/``):
+Reads the JSON files that the benchmark scripts wrote to ``benchmarks/results/``:
 
 * ``kernels.json`` from ``benchmarks/bench_kernels.py`` — one objective+gradient evaluation,
   median time per call, every implementation on 2 threads;
@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-PERF = Path(__file__).resolve().parent.parent / "_static" / "perf"
+PERF = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 IMPLS = [("hmoe", "hmoe-estim kernel", "C3"), ("numpy", "NumPy", "C0"),
          ("torch", "PyTorch autograd", "C2"), ("jax", "JAX jit(value_and_grad)", "C1")]
 GATES = [("none", "MHA"), ("value", "G2"), ("sdpa", "G1")]
@@ -70,6 +70,8 @@ def main(out):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent.parent / "_static" / "examples")
-    parser.add_argument("--quick", action="store_true", help="accepted for uniformity; already quick")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).parent.parent / "_static" / "examples")
+    parser.add_argument("--quick", action="store_true",
+                        help="accepted for uniformity; already quick")
     main(parser.parse_args().out)

@@ -51,7 +51,8 @@ def main(out, quick=False):
         (MHARegressor, "none", "MHA (no gate)", "C0"),
         (G2Regressor, "value", "G2 (value gate)", "C3"),
     ]:
-        X, y = make_hmoe_regression(n_samples, measure=G_star, gate=gate, noise=NOISE, random_state=1)
+        X, y = make_hmoe_regression(n_samples, measure=G_star, gate=gate, noise=NOISE,
+                                    random_state=1)
         search = GridSearchCV(
             est(n_tokens=2, n_starts=n_starts, max_iter=max_iter, random_state=0),
             {"n_experts": ks},
@@ -85,7 +86,8 @@ def main(out, quick=False):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent.parent / "_static" / "examples")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).parent.parent / "_static" / "examples")
     parser.add_argument("--quick", action="store_true", help="small sizes (for the tests)")
     args = parser.parse_args()
     main(args.out, quick=args.quick)

@@ -72,6 +72,8 @@ def main(out):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent.parent / "_static" / "examples")
-    parser.add_argument("--quick", action="store_true", help="accepted for uniformity; already quick")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).parent.parent / "_static" / "examples")
+    parser.add_argument("--quick", action="store_true",
+                        help="accepted for uniformity; already quick")
     main(parser.parse_args().out)

@@ -37,9 +37,11 @@ from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 from hmoe_estim import G1Regressor, G2Regressor, MHARegressor  # noqa: E402
-from hmoe_estim.estimator import PoorFitWarning  # noqa: E402
+from hmoe_estim.estimators import PoorFitWarning  # noqa: E402
 
-FAMILIES = [("MHA", MHARegressor), ("G2 (value gate)", G2Regressor), ("G1 (SDPA gate)", G1Regressor)]
+FAMILIES = [
+    ("MHA", MHARegressor), ("G2 (value gate)", G2Regressor), ("G1 (SDPA gate)", G1Regressor),
+]
 
 
 def hmoe_pipeline(cls, **params):
@@ -142,7 +144,8 @@ def main(out, quick=False):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent.parent / "_static" / "examples")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).parent.parent / "_static" / "examples")
     parser.add_argument("--quick", action="store_true", help="small grid (for the tests)")
     args = parser.parse_args()
     main(args.out, quick=args.quick)

@@ -1,16 +1,17 @@
-"""Multi-head (gated) self-attention and its HMoE representation (SPEC §2, excerpt Section 2).
+"""Multi-head (gated) self-attention and its HMoE representation (paper, Section 2).
 
 :func:`multihead_attention` computes the attention layer directly on a token matrix
 ``X ∈ R^{N×d}``:
 
 ``Σ_h softmax(X W_Q,h W_K,hᵀ Xᵀ / sqrt(d_v)) X W_V,h W_O,h``
 
-with an optional non-linearity ``φ`` at one of the gate positions of SPEC §2.
+with an optional non-linearity ``φ`` at one of the gate positions of the paper's eq. (9) and (12).
 :func:`attention_to_measure` converts the weights into the :class:`MixingMeasure` of one output
 entry ``(row, column)``, on the input ``x = vec(X) = X.reshape(-1)`` (tokens one after the
 other, ``D = N·d``), so that
 
-``regression_function(G, X.reshape(1, -1), gate=g) == multihead_attention(X, ..., gate=g)[row, column]``
+``regression_function(G, X.reshape(1, -1), gate=g)``
+``== multihead_attention(X, ..., gate=g)[row, column]``
 
 for every gate ``g``: the identity "gated attention meets HMoE" made executable.
 """
@@ -19,8 +20,8 @@ import numbers
 
 import numpy as np
 
-from .._names import ACTIVATION_CODES, check_activation, check_gate
-from ..kernels.activations import activation_values
+from .._names import check_activation, check_gate
+from ..kernels.activations import phi as _phi
 from ..model._measure import MixingMeasure
 
 __all__ = ["multihead_attention", "attention_to_measure"]
@@ -63,19 +64,13 @@ def _check_weights(W_Q, W_K, W_V, W_O):
     return W_Q, W_K, W_V, W_O, (H, d, d_v)
 
 
-def _phi(activation, z):
-    """``φ(z)`` elementwise for an array of any shape (the package's activation kernel)."""
-    values, _ = activation_values(ACTIVATION_CODES[activation], np.ascontiguousarray(z).ravel())
-    return values.reshape(z.shape)
-
-
 def multihead_attention(X, W_Q, W_K, W_V, W_O, *, gate="none", activation="sigmoid"):
     """Multi-head self-attention, optionally gated, computed directly.
 
     With the scores ``S_h = softmax(X W_Q,h W_K,hᵀ Xᵀ / sqrt(d_v))`` (softmax over each row,
     computed stably):
 
-    - ``gate="none"`` (MHA, excerpt Section 2): ``Σ_h S_h X W_V,h W_O,h``;
+    - ``gate="none"`` (MHA, paper Section 2): ``Σ_h S_h X W_V,h W_O,h``;
     - ``gate="value"`` (G2): ``Σ_h S_h φ(X W_V,h) W_O,h``;
     - ``gate="sdpa"`` (G1): ``Σ_h φ(S_h X W_V,h) W_O,h``;
     - ``gate="output"`` (G5): ``φ(Σ_h S_h X W_V,h W_O,h)``.
@@ -153,7 +148,8 @@ def _check_index(value, name, size, what):
 def attention_to_measure(W_Q, W_K, W_V, W_O, *, n_tokens, row, column):
     """The HMoE mixing measure of one entry of a multi-head attention output.
 
-    Follows the excerpt ("Gated Attention meets Hierarchical Mixture of Experts"): on the input
+    Follows the paper's Section 2 ("Gated Attention meets Hierarchical Mixture of Experts"):
+    on the input
     ``x = vec(X) = X.reshape(-1)`` (``D = N·d``, token ``j`` in coordinates
     ``j·d … (j+1)·d - 1``), with ``J_j = e_jᵀ ⊗ I_d`` (so ``J_j x = x_j``),
     ``P_h = W_Q,h W_K,hᵀ / sqrt(d_v)``:
@@ -167,7 +163,7 @@ def attention_to_measure(W_Q, W_K, W_V, W_O, *, n_tokens, row, column):
       (A.2)).
 
     So ``H`` heads, ``K = d_v`` channels, ``N`` tokens, ``D = N·d`` features, and for every gate
-    ``g`` of SPEC §2 (G5 included: it applies ``φ`` to the output entry)::
+    ``g`` (G5 included: it applies ``φ`` to the output entry)::
 
         regression_function(G, X.reshape(1, -1), gate=g, activation=φ)[0]
             == multihead_attention(X, W_Q, W_K, W_V, W_O, gate=g, activation=φ)[row, column]

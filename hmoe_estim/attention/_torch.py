@@ -348,7 +348,8 @@ def to_torch(W_Q, W_K, W_V, W_O, *, bias=None, batch_first=True, dtype=None):
     if bias is not None:
         bias = np.asarray(bias, dtype=np.float64)
         if bias.shape != (d,) or not np.all(np.isfinite(bias)):
-            raise ValueError(f"bias must be a finite array of shape (d,) = ({d},); got {bias.shape}.")
+            raise ValueError(
+                f"bias must be a finite array of shape (d,) = ({d},); got {bias.shape}.")
     module = torch.nn.MultiheadAttention(
         d, H, bias=bias is not None, batch_first=batch_first, dtype=dtype
     )
@@ -401,7 +402,8 @@ def attention_forward(module, X, *, gate="none", activation="sigmoid"):
     W_in, out = module.in_proj_weight, module.out_proj
     X = torch.as_tensor(X, dtype=W_in.dtype)
     if X.ndim not in (2, 3) or X.shape[-1] != E or X.shape[-2] < 1:
-        raise ValueError(f"X must have shape (N, E) or (B, N, E) with E = {E}; got {tuple(X.shape)}.")
+        raise ValueError(
+            f"X must have shape (N, E) or (B, N, E) with E = {E}; got {tuple(X.shape)}.")
     b = module.in_proj_bias
     q, k, v = (
         X @ W_in[p * E:(p + 1) * E].T + (0 if b is None else b[p * E:(p + 1) * E])

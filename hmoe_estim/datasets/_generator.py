@@ -1,8 +1,8 @@
-"""Synthetic data from a known mixing measure ``G*`` (SPEC §3 and §6).
+"""Synthetic data from a known mixing measure ``G*`` (paper eq. (1)).
 
 :func:`random_measure` draws a true measure that satisfies the paper's assumptions
 (A.2)–(A.5); :func:`make_hmoe_regression` draws ``X ~ Uniform([-box, box]^D)`` and
-``y = f_{G*}(X) + ε``, ``ε ~ N(0, noise²)`` (excerpt eq. (1)), in the style of
+``y = f_{G*}(X) + ε``, ``ε ~ N(0, noise²)`` (paper eq. (1)), in the style of
 :func:`sklearn.datasets.make_regression`.
 """
 
@@ -44,7 +44,8 @@ def _draw_experts(rng, n_total, D, scale, min_separation):
         while count < n_total:
             for _ in range(_TRIES_PER_EXPERT):
                 cand = _signed_magnitudes(rng, D, scale)
-                if count == 0 or np.min(np.linalg.norm(accepted[:count] - cand, axis=1)) >= min_separation:
+                if (count == 0 or np.min(np.linalg.norm(accepted[:count] - cand, axis=1))
+                        >= min_separation):
                     accepted[count] = cand
                     count += 1
                     break
@@ -77,7 +78,8 @@ def random_measure(
       ``>= min_separation`` across all heads, tokens and channels (A.5), by reject-and-redraw.
 
     All entries of ``M`` and ``a`` thus lie in ``[-scale, scale]`` with magnitude at least
-    ``scale/2`` (SPEC §6: entries of size ~2 show the MHA / gated separation clearly).
+    ``scale/2`` (entries of size ~2 show the MHA / gated separation clearly; docs: Theory to
+    code, "The experiment template").
 
     Parameters
     ----------
@@ -186,7 +188,7 @@ def make_hmoe_regression(
     """Draw a regression data set ``y = f_{G*}(X) + ε`` from a hierarchical MoE.
 
     ``X ~ Uniform([-box, box]^D)`` i.i.d. rows, ``y = regression_function(G*, X, gate=gate,
-    activation=activation) + ε`` with ``ε ~ N(0, noise²)`` i.i.d. (excerpt eq. (1), SPEC §3).
+    activation=activation) + ε`` with ``ε ~ N(0, noise²)`` i.i.d. (paper eq. (1)).
 
     Randomness: ``check_random_state(random_state)`` gives a master stream, from which three
     seeds are drawn: one for the measure (when ``measure`` is None), one for ``X``, one for
@@ -195,7 +197,7 @@ def make_hmoe_regression(
     - the data are reproducible;
     - the data are **nested**: the first ``m`` rows of ``X`` and ``y`` for ``n_samples = n``
       equal those for ``n_samples = m < n`` (X and noise are read sequentially from their own
-      streams), which allows warm starts along an ``n`` grid (SPEC §5);
+      streams), which allows warm starts along an ``n`` grid;
     - ``X`` and the noise do not depend on whether ``measure`` is given, and the drawn measure
       does not depend on ``n_samples``.
 
@@ -209,7 +211,7 @@ def make_hmoe_regression(
     n_heads, n_tokens, n_experts, n_features : int, default=1, 2, 2, 2
         ``H*``, ``N*``, ``K*``, ``D`` of the drawn measure.
     gate : {"none", "value", "sdpa", "output"}, default="none"
-        Regression function (SPEC §2): MHA, G2, G1 or G5.
+        Regression function (paper eq. (2), (9), (12)): MHA, G2, G1 or G5.
     activation : {"sigmoid", "tanh", "gelu", "silu"}, default="sigmoid"
         ``φ`` of the gated forms.
     noise : float, default=0.1

@@ -1,6 +1,6 @@
-"""Least-squares estimators of the HMoE models (SPEC §3): ``HMoERegressor`` and presets.
+"""Least-squares estimators of the HMoE models (paper eq. (3)): ``HMoERegressor`` and presets.
 
-The estimator solves the excerpt's eq. (3),
+The estimator solves the paper's eq. (3),
 
     Ĝ_n ∈ argmin_G Σ_j (Y_j − f_G(X_j))²,
 
@@ -25,12 +25,12 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._names import GATE_LABELS, check_activation, check_gate
 from .._validation import check_count, check_positive
-from ..model._starts import check_init_measure, random_start
-from ._warnings import PoorFitWarning, diagnose_fit
 from ..model._measure import MixingMeasure
-from ..solvers._multistart import run_starts
 from ..model._parameters import make_bounds, n_params, pack, unpack
 from ..model._regression import evaluate
+from ..model._starts import check_init_measure, random_start
+from ..solvers._multistart import run_starts
+from ._warnings import PoorFitWarning, diagnose_fit
 
 __all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor", "PoorFitWarning"]
 
@@ -45,7 +45,7 @@ def _check_flag(value, name):
 class HMoERegressor(RegressorMixin, BaseEstimator):
     """Least-squares fit of an (H, K, N)-HMoE: multi-head attention, gated or not, as a regressor.
 
-    The model (SPEC §2; ``g[h, i](x) = softmax_i(xᵀ M[h, i] x)``):
+    The model (paper eq. (2), (9), (12); ``g[h, i](x) = softmax_i(xᵀ M[h, i] x)``):
 
     - ``gate="none"`` — MHA, eq. (2): ``f(x) = Σ_h Σ_k ω[h,k] Σ_i g[h,i](x) a[h,i,k]·x``;
     - ``gate="value"`` — G2, eq. (9): ``Σ_h Σ_k ω[h,k] Σ_i g[h,i](x) φ(a[h,i,k]·x)``;

@@ -1,7 +1,8 @@
 """Numba kernels: activations, the token gate, and the fused objective and gradient.
 
 Plain ``@njit(cache=True)`` functions, one concept per module; the estimator code in
-``hmoe_estim/estimators/_regressor.py`` calls them through ``hmoe_estim/model/_parameters.py``' layout.
+``hmoe_estim/estimators/_regressor.py`` calls them with ``theta`` in the layout of
+``hmoe_estim/model/_parameters.py``.
 
 ``objective`` (fused objective + gradient, prediction), ``gate`` (pair products, softmax
 gate), ``activations`` (φ and φ'), ``rows`` (row combinations and dot products), ``vexp``

@@ -1,4 +1,4 @@
-"""The token gate ``g[h, i](x) = softmax_i(xᵀ M[h, i] x)`` on a block of samples (SPEC §1).
+"""The token gate ``g[h, i](x) = softmax_i(xᵀ M[h, i] x)`` on a block of samples (paper eq. (2)).
 
 ``M[h, N-1] = 0`` (assumption (A.3)), so only the ``N-1`` free matrices are stored, as upper
 triangles (see ``hmoe_estim/model/_parameters.py``). The quadratic forms use the pair products
@@ -9,10 +9,10 @@ before ``exp``: no overflow for any finite input.
 from numba import njit
 
 from .rows import combine_rows
+from .target import FASTMATH, wide_vectors
 from .vexp import vexp
-from .target import wide_vectors
 
-_FM = {"reassoc", "contract"}
+_FM = FASTMATH
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)

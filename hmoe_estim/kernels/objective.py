@@ -1,4 +1,5 @@
-"""Fused least-squares objective and analytic gradient of the HMoE models (SPEC §2–3).
+"""Fused least-squares objective and analytic gradient of the HMoE models (paper eq. (2), (3),
+(9), (12)).
 
 One pass over the samples computes, for ``theta`` in the layout of
 ``hmoe_estim/model/_parameters.py``,
@@ -9,7 +10,7 @@ and its gradient with respect to ``omega``, the free triangles of ``M`` and ``a`
 estimator options, an intercept ``c`` (a trailing entry of ``theta``) and a ridge penalty
 (see :func:`objective_and_gradient`).
 
-Layout for speed (SPEC §7): the inputs come transposed, ``XT`` of shape (D, n), and samples
+Layout for speed: the inputs come transposed, ``XT`` of shape (D, n), and samples
 are processed in blocks of ``BLOCK`` with the block index innermost in every loop, so that
 LLVM vectorises across samples. The products ``c_pq x_p x_q`` are formed once per block and
 shared by every ``M[h, i]``; the gate, the expert values and the activations are computed once
@@ -20,7 +21,8 @@ reference-count updates per row per block in compiled code).
 
 Fewer operations for linear experts (gates ``none`` and ``output``): inside head ``h`` every
 channel shares the gate, so ``f`` depends on ``(omega, a)`` only through
-``b[h, i] = Σ_k omega[h, k] a[h, i, k]`` (SPEC §5). The kernel evaluates ``b[h, i]·x`` — H·N
+``b[h, i] = Σ_k omega[h, k] a[h, i, k]`` (the degeneracy behind eq. (5)). The kernel evaluates
+``b[h, i]·x`` — H·N
 dot products per sample instead of H·N·K — and accumulates ``G[h, i] = Σ_j e_j g[h, i](x_j)
 x_j``, from which ``∂/∂a[h, i, k] = omega[h, k] G[h, i]`` and
 ``∂/∂omega[h, k] = Σ_i a[h, i, k]·G[h, i]`` follow once per call.
@@ -28,8 +30,9 @@ x_j``, from which ``∂/∂a[h, i, k] = omega[h, k] G[h, i]`` and
 Determinism: the blocks are grouped into at most ``MAX_CHUNKS`` chunks whose number depends
 only on ``n``; each chunk's partial sums are added in chunk order. The result is therefore the
 same for any number of threads. The parallel loop runs over workers (one per thread), each
-allocating its temporaries once and taking chunks round-robin: allocating per chunk cost
-~20 allocations × 64 chunks per call, a fixed ~0.05 ms that broke linear scaling at n = 1e4.
+allocating its temporaries once and taking chunks round-robin, so the number of allocations
+per call does not grow with the number of chunks (a fixed cost that would break linear scaling
+in ``n``).
 
 ``fastmath`` is limited to ``reassoc`` and ``contract`` (re-association for vectorised sums,
 fused multiply-add): the ``nnan``/``ninf`` flags are *not* set, so NaN and inf propagate.
@@ -41,14 +44,14 @@ from numba import get_num_threads, njit, prange
 from .activations import activation_rows
 from .gate import gate_rows, pair_products
 from .rows import accumulate_dots, combine_rows, gated_sum
-from .target import wide_vectors
+from .target import FASTMATH, wide_vectors
 
 BLOCK = 256
 MAX_CHUNKS = 64
-_FM = {"reassoc", "contract"}
+_FM = FASTMATH
 # Only the explicit ``prange`` over workers is parallel: with ``parallel=True`` Numba would also
 # turn the ``np.zeros`` of the partial sums into parallel regions, each of which wakes the
-# worker threads (~80 µs apiece when they sleep at once, OMP_WAIT_POLICY=PASSIVE alone).
+# worker threads (a wake-up each when they sleep at once).
 _PARALLEL = {
     "prange": True, "numpy": False, "reduction": False, "setitem": False, "stencil": False,
     "comprehension": False, "fusion": False, "inplace_binop": False,
@@ -59,7 +62,7 @@ GATE_NONE, GATE_VALUE, GATE_SDPA, GATE_OUTPUT = 0, 1, 2, 3
 
 @njit(cache=True)
 def _offsets(H, N, K, D):
-    """Offsets of ``M`` and ``a`` in ``theta`` and its length (``hmoe_estim/model/_parameters.py``)."""
+    """Offsets of ``M`` and ``a`` in ``theta`` and its length (``model/_parameters.py``)."""
     T = D * (D + 1) // 2
     o1 = H * K
     o2 = o1 + H * (N - 1) * T

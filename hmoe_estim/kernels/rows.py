@@ -3,8 +3,7 @@
 Every temporary of the kernels is a 2-D array whose rows are quantities and whose columns are
 the samples of a block; the functions here take the array and a row index rather than a row
 view, because in compiled code a view is a new array object whose reference count is updated
-atomically on creation and release — a cost paid per row per block that used to be a third of
-the kernel's time.
+atomically on creation and release — a cost paid per row per block.
 
 ``combine_rows``: ``out[ro, t] = Σ_j c[c0 + j] · rows[j, t]`` — the quadratic forms ``xᵀ M x``
 (rows = pair products, ``c`` = upper triangle of ``M``) and the experts ``a·x`` (rows = inputs).
@@ -16,16 +15,16 @@ of each sample is the product of two rows, formed on the fly.
 ``gated_sum``: ``out[t] = Σ_i g[r0 + i, t] · vals[r0 + i, t]`` — a head's output
 ``f_h = Σ_i g_i v_i`` from its gate and its per-token values.
 
-The first two work on four rows at a time (one pass over the block per four rows, the remainder of one
-to three rows in one more pass): each pass over the block has a fixed cost (loop set-up,
+The first two work on four rows at a time (one pass over the block per four rows, the remainder
+of one to three rows in one more pass): each pass over the block has a fixed cost (loop set-up,
 alias checks, the final horizontal sums), so fewer, fuller passes are faster.
 """
 
 from numba import njit
 
-from .target import wide_vectors
+from .target import FASTMATH, wide_vectors
 
-_FM = {"reassoc", "contract"}
+_FM = FASTMATH
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)

@@ -3,7 +3,7 @@
 On processors with AVX-512, LLVM's default tuning (``prefer-256-bit``) vectorises loops with
 256-bit registers, four float64 lanes: wider vectors used to lower the clock of early AVX-512
 parts. The kernels are bound by ``exp`` and division in loops over blocks of samples, where
-eight lanes pay (measured here: a sigmoid 1.00 → 0.73 ns per value). Numba has no
+eight lanes pay (timings: the documentation's performance page). Numba has no
 per-function option for this; :func:`wide_vectors`, called first thing in a kernel, adds
 LLVM's function attribute ``"prefer-vector-width"="512"`` (the one ``clang
 -mprefer-vector-width=512`` sets) to the function being compiled. Other Numba code in the
@@ -19,6 +19,11 @@ import numba
 from numba import njit
 
 _ATTRIBUTE = '"prefer-vector-width"="512"'
+
+#: ``fastmath`` flags of the kernels that sum over samples: re-association (vectorised sums) and
+#: fused multiply-add. Never ``nnan``/``ninf``: NaN and inf must propagate. The order-sensitive
+#: ``exp`` and activation kernels use ``{"contract"}`` alone.
+FASTMATH = {"reassoc", "contract"}
 
 if numba.config.DISABLE_JIT:
 

@@ -1,4 +1,5 @@
-"""Branch functions and gauge-aware token matching: the building blocks of the metrics (SPEC §4).
+"""Branch functions and gauge-aware token matching: the building blocks of the metrics
+(docs: Theory to code, "Voronoi cells and losses").
 
 A *branch* of a mixing measure is one value channel ``(h, k)`` without its weight:
 
@@ -13,7 +14,7 @@ minimises the parameter distance *up to the softmax translation gauge*: adding o
 every ``M[h, i]`` of a head leaves ``f`` unchanged, so for a permutation ``π`` (fitted token
 ``π(i)`` matched to true token ``i``) the fitted matrices are re-normalised against the fitted
 token matched to the true last token, ``M'_i = M[π(i)] − M[π(N-1)]``, and compared with the
-normalised true matrices ``M*_i − M*_{N-1}`` (SPEC §4).
+normalised true matrices ``M*_i − M*_{N-1}`` (the softmax translation gauge, assumption (A.3)).
 
 Everything here is vectorised NumPy: the metrics are not the hot loop.
 """
@@ -24,8 +25,8 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .._names import ACTIVATION_CODES, check_activation, check_gate
-from ..kernels.activations import activation_values
+from .._names import check_gate
+from ..kernels.activations import phi
 from ..model._measure import MixingMeasure
 from ..model._regression import check_inputs
 
@@ -49,14 +50,14 @@ __all__ = [
 DEFAULT_N_REF = 4096
 #: Token matching enumerates all ``N!`` permutations up to this ``N``; Hungarian above it.
 MAX_ENUMERATE_TOKENS = 6
-#: The two readings of "expert" (SPEC §4): ``a·x`` and ``φ(a·x)``.
+#: The two readings of "expert" (paper eq. (7)): ``a·x`` and ``φ(a·x)``.
 EXPERT_READINGS = ("linear", "activated")
 
 
 def resolve_expert(gate, expert="auto"):
     """Return the expert reading ``"linear"`` or ``"activated"`` for ``gate``.
 
-    ``expert="auto"`` picks the function the token gate mixes (SPEC §4): ``φ(a·x)`` for
+    ``expert="auto"`` picks the function the token gate mixes: ``φ(a·x)`` for
     ``gate="value"`` (G2), ``a·x`` for ``"none"``, ``"sdpa"`` and ``"output"``.
 
     Raises
@@ -80,7 +81,7 @@ def check_measure_pair(measure, true_measure, *, same_tokens=True):
 
     Both must be :class:`~hmoe_estim.MixingMeasure` on the same input dimension ``D``; with
     ``same_tokens`` also with the same number of tokens ``N`` (the Voronoi loss matches tokens
-    one to one; SPEC §3 takes ``N*`` as known). ``H`` and ``K`` may differ.
+    one to one; the paper takes ``N*`` as known). ``H`` and ``K`` may differ.
     """
     for name, m in (("measure", measure), ("true_measure", true_measure)):
         if not isinstance(m, MixingMeasure):
@@ -98,7 +99,7 @@ def check_measure_pair(measure, true_measure, *, same_tokens=True):
         raise ValueError(
             f"measure has N = {measure.n_tokens} tokens but true_measure has "
             f"N = {true_measure.n_tokens}: the Voronoi loss matches tokens one to one, so fit "
-            f"with n_tokens={true_measure.n_tokens} (N* is assumed known, SPEC §3)."
+            f"with n_tokens={true_measure.n_tokens} (N* is assumed known, as in the paper)."
         )
 
 
@@ -111,7 +112,8 @@ def reference_sample(n_features, X_ref=None, *, n_ref=DEFAULT_N_REF, random_stat
         Input dimension ``D``.
     X_ref : array-like of shape (n_ref, D), optional
         Use these points. Default: ``n_ref`` points drawn uniformly on ``[-1, 1]^D`` (the
-        default covariate distribution of SPEC §1) with ``numpy.random.default_rng(random_state)``.
+        default covariate distribution, assumption (A.1)) with
+        ``numpy.random.default_rng(random_state)``.
     n_ref : int, default=4096
         Size of the default sample (ignored when ``X_ref`` is given).
     random_state : int or numpy.random.Generator, default=0
@@ -143,16 +145,8 @@ def reference_sample(n_features, X_ref=None, *, n_ref=DEFAULT_N_REF, random_stat
     return rng.uniform(-1.0, 1.0, size=(int(n_ref), n_features))
 
 
-def phi(activation, z):
-    """``φ(z)`` elementwise for an array of any shape (the package's own activation kernels)."""
-    check_activation(activation)
-    z = np.asarray(z, dtype=np.float64)
-    values, _ = activation_values(ACTIVATION_CODES[activation], np.ascontiguousarray(z.ravel()))
-    return values.reshape(z.shape)
-
-
 def token_gate(measure, X):
-    """Token gate ``g[h, i](x) = softmax_i(xᵀ M[h,i] x)`` (SPEC §1), shape ``(n, H, N)``.
+    """Token gate ``g[h, i](x) = softmax_i(xᵀ M[h,i] x)`` (paper eq. (2)), shape ``(n, H, N)``.
 
     Stable: the row maximum is subtracted before ``exp``.
     """
@@ -172,7 +166,7 @@ def expert_values(measure, X, *, activation="sigmoid", reading="linear"):
 
 
 def branch_functions(measure, X, *, gate="none", activation="sigmoid", expert="auto"):
-    """Branch functions ``f_G^{h,k}(x) = Σ_i g[h,i](x) · expert[h,i,k](x)`` (SPEC §4).
+    """Branch functions ``f_G^{h,k}(x) = Σ_i g[h,i](x) · expert[h,i,k](x)`` (Voronoi cells).
 
     Parameters
     ----------

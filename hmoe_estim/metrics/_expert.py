@@ -1,4 +1,4 @@
-"""Expert error (excerpt eq. (7)) and regression error (Proposition 1), SPEC §4.
+"""Expert error (paper eq. (7)) and regression error (Proposition 1).
 
 **Expert error.** Each true expert ``(h, i, k)`` is matched to fitted experts through the
 Voronoi cells and the gauge-aware token permutations of :func:`hmoe_estim.voronoi_loss`
@@ -6,7 +6,8 @@ Voronoi cells and the gauge-aware token permutations of :func:`hmoe_estim.vorono
 the expert ``(h', π(i), k')``. Its error is ``sup_x |expert_hat(x) − expert*(x)|`` over the
 reference sample, with the expert ``a·x`` (``"linear"``) or ``φ(a·x)`` (``"activated"``).
 
-Cells with several fitted channels (SPEC §4, "Pitfall"): an atom whose weight tends to 0
+Cells with several fitted channels (docs: Theory to code, "Expert error and regression error"):
+an atom whose weight tends to 0
 carries no information about its expert, so the default ``weighting="heaviest"`` scores a cell
 by its heaviest atom (largest ``omega``; the dominant atom of an over-specified fit);
 ``"weighted"`` takes the ``|omega|``-weighted mean of the atoms' errors (the Voronoi loss's
@@ -20,6 +21,7 @@ when a true expert is missed.
 import numpy as np
 
 from .._names import check_activation, check_gate
+from ..model._regression import regression_function
 from ._branches import (
     DEFAULT_N_REF,
     check_measure_pair,
@@ -29,7 +31,6 @@ from ._branches import (
     resolve_expert,
     token_cost_tables,
 )
-from ..model._regression import regression_function
 from ._voronoi import _voronoi_details, voronoi_cells
 
 __all__ = ["expert_error", "regression_error", "WEIGHTINGS"]
@@ -61,7 +62,7 @@ def expert_error(
     random_state=0,
     token_matching="auto",
 ):
-    """Worst (or per-expert) sup-norm error of the experts, excerpt eq. (7) / SPEC §4.
+    """Worst (or per-expert) sup-norm error of the experts, paper eq. (7).
 
     For each true expert ``(h, i, k)`` and each fitted channel ``(h', k')`` in its Voronoi cell
     ``V[h, k]`` with token permutation ``π`` (from :func:`hmoe_estim.voronoi_loss` with
@@ -180,7 +181,7 @@ def regression_error(
     n_ref=DEFAULT_N_REF,
     random_state=0,
 ):
-    """``‖f_Ĝ − f_{G*}‖_{L2(μ)}`` estimated on a reference sample (Proposition 1, SPEC §4).
+    """``‖f_Ĝ − f_{G*}‖_{L2(μ)}`` estimated on a reference sample (paper, Proposition 1).
 
     ``sqrt(mean_{x ∈ X_ref} (f_Ĝ(x) − f_{G*}(x))²)`` with both functions evaluated by
     :func:`hmoe_estim.regression_function` under the same gate and activation.

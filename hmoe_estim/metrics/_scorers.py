@@ -1,4 +1,4 @@
-"""scikit-learn scorers for the theory metrics of SPEC §4 (Voronoi loss, expert and regression error).
+"""scikit-learn scorers for the theory metrics (Voronoi loss, expert and regression error).
 
 Each ``make_*_scorer(true_measure, **kw)`` returns a picklable callable
 ``scorer(estimator, X, y) -> -loss`` (greater is better, the scikit-learn convention), usable as

@@ -1,4 +1,5 @@
-"""Voronoi cells and Voronoi losses ``L_{1,r}`` and ``L_2`` between mixing measures (SPEC §4).
+"""Voronoi cells and Voronoi losses ``L_{1,r}`` and ``L_2`` between mixing measures
+(paper, Section 3; docs: Theory to code, "Voronoi cells and losses").
 
 For a fitted measure ``G`` (channels ``(h', k')``) and the true ``G*`` (channels ``(h, k)``):
 
@@ -11,7 +12,7 @@ For a fitted measure ``G`` (channels ``(h', k')``) and the true ``G*`` (channels
    ``Δa_i = a[h',π(i),k'] − a*[h,i,k]`` (see ``hmoe_estim/metrics/_branches.py``).
 3. **Loss.** ``Σ_{h,k} |Σ_{V[h,k]} ω[h',k'] − ω*[h,k]|``
    ``+ Σ_{h,k} Σ_{V[h,k]} ω[h',k'] Σ_i (‖ΔM_i‖_F^e + ‖Δa_i‖^e)`` with ``e = r`` for ``L_{1,r}``
-   (excerpt, any integer ``r >= 1``) and, for ``L_2`` [reconstructed], ``e = 1`` in cells holding
+   (paper, any integer ``r >= 1``) and, for ``L_2`` [reconstructed], ``e = 1`` in cells holding
    exactly one fitted channel and ``e = 2`` in cells holding more.
 """
 
@@ -130,7 +131,7 @@ def _check_r(r):
         )
     if not float(r).is_integer() or r < 1:
         raise ValueError(
-            f"r must be an integer >= 1 (L_{{1,r}} of the excerpt) or None (L_2); got {r!r}."
+            f"r must be an integer >= 1 (L_{{1,r}} of the paper) or None (L_2); got {r!r}."
         )
     return int(r)
 
@@ -148,7 +149,8 @@ def voronoi_cells(
 ):
     """Assign each fitted channel ``(h', k')`` to the Voronoi cell of a true channel ``(h, k)``.
 
-    Implements the cells of SPEC §4: ``(h', k') ∈ V[h, k]`` when the branch function
+    Implements the Voronoi cells of the paper's Section 3: ``(h', k') ∈ V[h, k]`` when the
+    branch function
     ``f_G^{h',k'}(x) = Σ_i g[h',i](x) · expert[h',i,k'](x)`` is closer in ``L2`` to
     ``f_{G*}^{h,k}`` than to any other true branch. The norm is estimated on a reference
     sample; ties go to the first true channel in row-major ``(h, k)`` order.
@@ -283,7 +285,7 @@ def voronoi_loss(
 ):
     """Voronoi loss ``L_{1,r}(G, G*)`` or ``L_2(G, G*)`` between a fitted and the true measure.
 
-    Implements SPEC §4 (excerpt, "Voronoi loss")::
+    Implements the Voronoi loss of the paper's Section 3::
 
         L = Σ_{h,k} |Σ_{(h',k') ∈ V[h,k]} ω[h',k'] − ω*[h,k]|
           + Σ_{h,k} Σ_{(h',k') ∈ V[h,k]} ω[h',k'] Σ_i (‖ΔM_i‖_F^e + ‖Δa_i‖^e)

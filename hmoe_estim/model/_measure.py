@@ -1,6 +1,7 @@
-"""The mixing measure ``G`` of an (H, K, N)-HMoE: the parameters of SPEC §1.
+"""The mixing measure ``G`` of an (H, K, N)-HMoE: the parameters of the model
+(docs: Theory to code, "Parameters: the mixing measure").
 
-``G = Σ_h Σ_k ω[h,k] Σ_i δ_(M[h,i], a[h,i,k])`` (excerpt, after eq. (2)).
+``G = Σ_h Σ_k ω[h,k] Σ_i δ_(M[h,i], a[h,i,k])`` (paper, after eq. (2)).
 """
 
 import numpy as np
@@ -27,7 +28,7 @@ class MixingMeasure:
     """Parameters of a three-level hierarchical mixture of experts.
 
     Heads ``h ∈ [H]``, tokens ``i ∈ [N]`` and value channels ``k ∈ [K]`` on inputs
-    ``x ∈ R^D`` (SPEC §1; the excerpt's ``d̄``).
+    ``x ∈ R^D`` (the paper's ``d̄``).
 
     Parameters
     ----------
@@ -63,7 +64,8 @@ class MixingMeasure:
         a = _as_float_array(a, "a", 4)
         H, K = omega.shape
         if H < 1 or K < 1:
-            raise ValueError(f"omega must have at least one head and one channel; got shape {omega.shape}.")
+            raise ValueError("omega must have at least one head and one channel; got shape "
+                             f"{omega.shape}.")
         if M.shape[0] != H:
             raise ValueError(
                 f"M has {M.shape[0]} heads but omega has {H}: M must have shape (H, N, D, D) "

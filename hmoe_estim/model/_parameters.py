@@ -71,10 +71,3 @@ def make_bounds(shape, *, omega_max, param_bound, positive_weights=True):
     lower = np.concatenate([omega_low, np.full(n_rest, -param_bound)])
     upper = np.concatenate([np.full(n_omega, omega_max), np.full(n_rest, param_bound)])
     return lower, upper
-
-
-def measure_to_arrays(measure):
-    """``(omega, M, a)`` arrays of a measure (helper for kernels that take arrays)."""
-    if not isinstance(measure, MixingMeasure):
-        raise ValueError(f"Expected a MixingMeasure; got {type(measure).__name__}.")
-    return measure.omega, measure.M, measure.a

@@ -1,4 +1,4 @@
-"""The regression function ``f_G(x)`` of the four models (SPEC §2)."""
+"""The regression function ``f_G(x)`` of the four models (paper eq. (2), (9), (12))."""
 
 import numpy as np
 
@@ -48,9 +48,10 @@ def evaluate(theta, X, shape, gate, activation):
 def regression_function(measure, X, *, gate="none", activation="sigmoid"):
     """Evaluate ``f_G(x)`` for every row of ``X``.
 
-    Implements SPEC §2: with the token gate ``g[h, i](x) = softmax_i(xᵀ M[h, i] x)``,
+    The four models (docs: Theory to code, "The regression model and the four regression
+    functions"), with the token gate ``g[h, i](x) = softmax_i(xᵀ M[h, i] x)``,
 
-    - ``gate="none"`` (MHA, excerpt eq. (2)): ``Σ_h Σ_k ω[h,k] Σ_i g[h,i](x) a[h,i,k]·x``;
+    - ``gate="none"`` (MHA, paper eq. (2)): ``Σ_h Σ_k ω[h,k] Σ_i g[h,i](x) a[h,i,k]·x``;
     - ``gate="value"`` (G2, eq. (9)): ``Σ_h Σ_k ω[h,k] Σ_i g[h,i](x) φ(a[h,i,k]·x)``;
     - ``gate="sdpa"`` (G1, eq. (12)): ``Σ_h Σ_k ω[h,k] φ(Σ_i g[h,i](x) a[h,i,k]·x)``;
     - ``gate="output"`` (G5): ``φ(f_MHA(x))``.

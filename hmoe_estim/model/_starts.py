@@ -1,8 +1,8 @@
-"""Starting points of the least-squares fit (SPEC §3, §5).
+"""Starting points of the least-squares fit (docs: Theory to code, "Least-squares estimation").
 
 - :func:`random_start` — an ordinary random start scaled to the data (the default);
 - :func:`split_heaviest_channel` — a ``K+1``-channel start from a ``K``-channel fit, made by
-  splitting its heaviest channel in two halves (a non-oracle aid, SPEC §5);
+  splitting its heaviest channel in two halves (an aid that does not use the truth);
 - warm starts from the fit at a smaller ``n`` are simply that fit's ``measure_`` passed as
   ``init``.
 
@@ -23,7 +23,8 @@ def random_start(
     """Draw a random :class:`MixingMeasure` of ``shape = (H, N, K, D)``, scaled to the data.
 
     ``omega ~ U(0.5, 1.5)`` (times a random sign when ``positive_weights=False``, drawn after
-    everything else so that the default stream is unchanged); entries of ``M[h, i]`` (``i < N-1``) ``~ N(0, s_M²)`` with
+    everything else so that the default stream is unchanged); entries of ``M[h, i]``
+    (``i < N-1``) ``~ N(0, s_M²)`` with
     ``s_M = 1 / (x_rms² √D)``, so that the quadratic forms ``xᵀ M x`` are of order one;
     entries of ``a ~ N(0, s_a²)`` with ``s_a = y_scale / (x_rms √(D H K))``. Everything is
     clipped inside the box of (A.1).

@@ -1,4 +1,4 @@
-"""Multi-start L-BFGS-B on the least-squares objective (SPEC §3).
+"""Multi-start L-BFGS-B on the least-squares objective (paper eq. (3)).
 
 Each start runs ``scipy.optimize.minimize(method="L-BFGS-B", jac=True, bounds=...)`` on the
 fused Numba objective+gradient. Starts run in parallel through joblib when ``n_jobs`` asks; the
@@ -17,12 +17,10 @@ from .._names import ACTIVATION_CODES, GATE_CODES
 
 __all__ = ["StartResult", "run_starts"]
 
-#: Below this many samples (four blocks) the kernels run on one thread: there is little to
-#: split. With the short libgomp spin set at import (``hmoe_estim/__init__.py``) two threads
-#: are faster from a few hundred samples on, also when each call follows 100 µs of other work
-#: as in L-BFGS-B (reference shape (1, 2, 3, 3), value gate: n = 500 15 -> 11 µs, 1000 22 ->
-#: 17 µs, 2000 41 -> 27 µs). Under OMP_WAIT_POLICY=PASSIVE alone (sleep at once) two threads
-#: were 2x slower at n = 1e3, and this threshold was 5000.
+#: Below this many samples (two blocks) the kernels run on one thread: there is little to
+#: split, and waking a second thread costs more than it saves. The threshold depends on the
+#: short libgomp spin set at import (``hmoe_estim/__init__.py``); the timings behind it are on
+#: the documentation's performance page ("Threads below a few hundred samples").
 SERIAL_BELOW = 512
 
 
@@ -38,7 +36,8 @@ class StartResult:
 
 
 def _run_one(
-    theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol, n_threads, options=(False, 0.0)
+    theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol, n_threads,
+    options=(False, 0.0),
 ):
     import numba
 
@@ -53,7 +52,8 @@ def _run_one(
         numba.set_num_threads(previous)
 
 
-def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol, options=(False, 0.0)):
+def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol,
+            options=(False, 0.0)):
     from ..kernels.objective import objective_and_gradient
 
     H, N, K, D = shape
@@ -63,7 +63,7 @@ def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol,
         return objective_and_gradient(theta, XT, y, H, N, K, D, g, act, *options)
 
     # L-BFGS-B's own linear algebra is tiny; a multi-threaded BLAS only spins threads that
-    # steal the cores of the Numba kernel (measured: setulb 1.5 ms/call instead of ~10 µs).
+    # steal the cores of the Numba kernel.
     with threadpool_limits(limits=1, user_api="blas"):
         res = minimize(
             fun,

@@ -9,10 +9,10 @@
     hmoe-estim plot OUT [--output FILE] [--certified-only]
     hmoe-estim preset NAME            # print a built-in config as TOML, to copy and edit
 
-``reproduce`` runs the built-in study of SPEC §6 (``--quick`` by default; ``--full`` is sized
-like published studies). Every run can be interrupted and resumed by running the same command
-again. User mistakes end with a one-line message on stderr and exit status 2; an interrupted
-run exits with 130.
+``reproduce`` runs the built-in study, the experiment template of the documentation's "Theory to
+code" page (``--quick`` by default; ``--full`` is sized like published studies). Every run can
+be interrupted and resumed by running the same command again. User mistakes end with a one-line
+message on stderr and exit status 2; an interrupted run exits with 130.
 """
 
 import argparse
@@ -66,11 +66,13 @@ def build_parser():
     sub.required = True
 
     p = sub.add_parser("reproduce", help="run the built-in study (MHA vs G1/G2 separation)",
-                       description="Run the built-in study of SPEC §6: D=3, H*=1, N*=2, K*=2 "
+                       description="Run the built-in study (the documentation's experiment "
+                                   "template): D=3, H*=1, N*=2, K*=2 "
                                    "fitted with K=3, sigmoid, sigma=0.1, models none/value/sdpa.")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                      help="5 sample sizes x 8 replications, a few minutes on 2 cores (default)")
+                      help="5 sample sizes x 8 replications, about two minutes on 2 cores "
+                           "(default)")
     size.add_argument("--full", dest="preset", action="store_const", const="full",
                       help="9 sample sizes x 30 replications (resumable)")
     _add_run_options(p)
@@ -112,7 +114,7 @@ def _labels(config):
 
 
 def _certified_labels(config, records):
-    """Legend labels that carry each model's certified failures, e.g. ``G2 (value) [0/40 failed]``."""
+    """Legend labels with each model's certified failures, e.g. ``G2 (value) [0/40 failed]``."""
     from ._certificate import certificate_summary
 
     labels = _labels(config)
@@ -124,8 +126,7 @@ def _certified_labels(config, records):
 
 def _summarise(out, config, records, *, eps=None, n_boot=2000, plot=True, certified_only=False):
     from ._certificate import certificate_summary, format_certificate
-    from ._diagnostics import fit_diagnostics, format_diagnostics, write_rates
-    from ._diagnostics import sort_records
+    from ._diagnostics import fit_diagnostics, format_diagnostics, sort_records, write_rates
     from ._rates import format_rates_table
 
     records = sort_records(config, records)
@@ -232,11 +233,10 @@ def _dispatch(args):
                    certified_only=args.certified_only)
         return 0
     if args.command == "plot":
+        from ._diagnostics import sort_records
         from ._plotting import plot_learning_curves
         from ._rates import rates_from_records
         from ._store import StudyError, load_study
-
-        from ._diagnostics import sort_records
 
         config, records = load_study(args.out)
         records = sort_records(config, records)

@@ -1,8 +1,8 @@
 """Configuration of a sample-complexity study: dataclasses, TOML loading, validation, presets.
 
-A study (SPEC §6) fits every model on fresh data from one true measure ``G*``, for every
-sample size of a grid and a number of replications. Its TOML file has these parts (every key
-optional unless marked; unknown keys are an error)::
+A study (docs: Theory to code, "The experiment template") fits every model on fresh data from
+one true measure ``G*``, for every sample size of a grid and a number of replications. Its TOML
+file has these parts (every key optional unless marked; unknown keys are an error)::
 
     name = "my-study"              # label
     description = ""
@@ -40,7 +40,7 @@ optional unless marked; unknown keys are an error)::
     init = "random"                # or "near-truth" (an ORACLE, labelled in the results)
     near_truth_noise = 0.1         # std of the perturbation of the near-truth starts
     split_init = false             # also start from the heaviest channel of a K-1 fit split
-                                   # in two (non-oracle aid, SPEC §5)
+                                   # in two (an aid that does not use the truth)
 
     [metrics]
     r = 0                          # 0: L_2 (default); r >= 1: L_{1,r}
@@ -81,7 +81,17 @@ __all__ = [
 
 #: Built-in presets shipped as ``hmoe_estim/study/presets/<name>.toml``.
 PRESETS = ("quick", "full")
-#: Start strategies of the fit; "near-truth" is an oracle (SPEC §5).
+#: Top-level keys of a config that describe a study without changing its numbers: left out of
+#: :meth:`StudyConfig.config_hash` and of the comparison that lets a stored study resume.
+DESCRIPTIVE_KEYS = ("description",)
+
+
+def without_descriptive(config_dict):
+    """The canonical config dict (:meth:`StudyConfig.to_dict`) without :data:`DESCRIPTIVE_KEYS`."""
+    return {k: v for k, v in config_dict.items() if k not in DESCRIPTIVE_KEYS}
+
+
+#: Start strategies of the fit; "near-truth" is an oracle (it starts from the truth).
 INIT_CHOICES = ("random", "near-truth")
 
 #: Smallest sample size accepted on the grid.
@@ -143,7 +153,7 @@ def _check_keys(table, allowed, where):
 # -- sections ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ModelSpec:
-    """One fitted model: gate position and activation (SPEC §2), with a unique name.
+    """One fitted model: gate position and activation (paper eq. (2), (9), (12)), unique name.
 
     ``name`` labels the model in ``results.jsonl`` and ``rates.json``; by default it is the
     gate (``"none"``, ``"value"``, ``"sdpa"``, ``"output"``), or ``"gate-activation"`` when
@@ -215,7 +225,7 @@ class FitConfig:
 
 @dataclass(frozen=True)
 class MetricsConfig:
-    """Metric settings: ``r = 0`` means ``L_2``; ``r >= 1`` means ``L_{1,r}`` (SPEC §4)."""
+    """Metric settings: ``r = 0`` means ``L_2``; ``r >= 1`` means ``L_{1,r}`` (paper, Section 3)."""
 
     r: int = 0
     n_ref: int = 20000
@@ -322,8 +332,11 @@ class StudyConfig:
         }
 
     def config_hash(self):
-        """SHA-256 (16 hex digits) of the canonical JSON of :meth:`to_dict`."""
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """SHA-256 (16 hex digits) of the canonical JSON of :meth:`to_dict`, without the
+        descriptive fields (``DESCRIPTIVE_KEYS``): rewording a description does not make a
+        stored study a different one."""
+        d = without_descriptive(self.to_dict())
+        text = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
     def with_changes(self, **sections):
@@ -624,7 +637,8 @@ def load_preset(name):
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {list(PRESETS)}.")
     try:
-        text = resources.files("hmoe_estim.study").joinpath("presets", f"{name}.toml").read_text("utf-8")
+        path = resources.files("hmoe_estim.study").joinpath("presets", f"{name}.toml")
+        text = path.read_text("utf-8")
     except OSError as exc:
         raise ConfigError(
             f"the preset file presets/{name}.toml is missing from this installation ({exc}); "

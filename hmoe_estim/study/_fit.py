@@ -28,9 +28,9 @@ def _fit_one(config, truth, model, n, rep, seed):
     from ..datasets._generator import make_hmoe_regression
     from ..estimators._regressor import HMoERegressor
     from ..metrics._expert import expert_error, regression_error
-    from ..model._starts import split_heaviest_channel
-    from ..model._regression import regression_function
     from ..metrics._voronoi import voronoi_loss
+    from ..model._regression import regression_function
+    from ..model._starts import split_heaviest_channel
 
     fit = config.fit
     data_seed, est_seed, split_seed = _child_seeds(seed)

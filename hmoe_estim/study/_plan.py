@@ -41,7 +41,7 @@ def reference_sample_for(config):
 
 
 def near_truth_starts(truth, n_experts, n_starts, noise, rng, *, param_bound, omega_max):
-    """ORACLE starting points near ``G*`` (as in published studies; SPEC §5–6).
+    """ORACLE starting points near ``G*``, as published studies use (an oracle: it uses the truth).
 
     Channels ``k < K*`` copy the true channels; each extra channel ``k >= K*`` copies true
     channel ``k mod K*`` and the copies share that channel's weight equally (so the start has

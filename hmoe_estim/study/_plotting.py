@@ -1,4 +1,6 @@
-"""Learning curves of a study: log–log plots of each metric against ``n`` (SPEC §6).
+"""Learning curves of a study: log–log plots of each metric against ``n``.
+
+The figure of the experiment template (docs: Theory to code, "The experiment template").
 
 One panel per metric, all models together. For each model and ``n``: the replications as faint
 dots, their mean as a marker, a bar from the 16th to the 84th percentile of the replications
@@ -13,13 +15,12 @@ import math
 
 import numpy as np
 
+from ._rates import RATE_METRICS
+
 __all__ = ["plot_learning_curves", "PLOT_METRICS", "METRIC_TITLES", "PlottingError"]
 
-#: Panels of the learning-curve figure, in order.
-PLOT_METRICS = (
-    "voronoi_loss", "voronoi_exact", "voronoi_over", "extra_weight", "expert_error",
-    "regression_error",
-)
+#: Panels of the learning-curve figure, in order: the metrics whose rates a study fits.
+PLOT_METRICS = RATE_METRICS
 METRIC_TITLES = {
     "voronoi_loss": "Voronoi loss $L_2$",
     "voronoi_exact": "$L_2$: exactly-specified cells",

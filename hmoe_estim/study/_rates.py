@@ -1,4 +1,5 @@
-"""Empirical convergence rates of a sample-complexity study (SPEC §5).
+"""Empirical convergence rates of a sample-complexity study (docs: Theory to code, "The
+predicted rates").
 
 For one model and one metric, a study gives values ``loss[n, rep]`` on a grid of sample sizes.
 This module fits the two laws the theory distinguishes,
@@ -17,8 +18,8 @@ apart from the shape alone — read ``better_law`` together with the slope's int
 
 Finally each fitted law is inverted to predict the sample size for a target accuracy ``ε``:
 ``n = (ε / c)^(1/b)`` for the power law and ``n = exp((c / ε)^(1/λ))`` for the logarithmic law
-(SPEC §5: ``ε^{-4}``-type versus ``exp(ε^{-1/λ})``). Those numbers overflow quickly, so they
-are reported as ``log10`` as well.
+(paper, Table 1: ``ε^{-4}``-type versus ``exp(ε^{-1/λ})``). Those numbers overflow quickly, so
+they are reported as ``log10`` as well.
 """
 
 import math
@@ -378,7 +379,8 @@ def format_rates_table(rates, *, labels=None):
             lines.append(
                 f"{name:<12} {metric:<17} {r['slope']:>8.3f} "
                 f"{'[' + _fmt(lo) + ', ' + _fmt(hi) + ']':>18} "
-                f"{r['log_lambda']:>7.2f} {'[' + _fmt(llo, '.2f') + ', ' + _fmt(lhi, '.2f') + ']':>17} "
+                f"{r['log_lambda']:>7.2f} "
+                f"{'[' + _fmt(llo, '.2f') + ', ' + _fmt(lhi, '.2f') + ']':>17} "
                 f"{r['better_law'] or '-':>6} {r['eps']:>9.2e} "
                 f"{_fmt(ln['power'], '.1f') + ' / ' + _fmt(ln['log'], '.3g'):>21}"
             )

@@ -100,7 +100,7 @@ def run_study(config, out, *, n_jobs=-1, backend_name=None, progress=True, strea
             print(f"hmoe-estim: {n_skipped} of {n_total} fits already in {out}; running the "
                   f"other {len(tasks)}.", file=stream)
         # a fit costs about (n + FIT_OVERHEAD_SAMPLES) sample-evaluations' worth of time:
-        # per-iteration overhead of L-BFGS-B dominates small fits (measured on the presets)
+        # the per-iteration overhead of L-BFGS-B dominates small fits
         weights = {(t[0], t[1], t[2]): t[1] + FIT_OVERHEAD_SAMPLES for t in tasks}
         bar = ProgressBar(len(tasks), sum(weights.values()), stream=stream,
                           enabled=progress and bool(tasks))

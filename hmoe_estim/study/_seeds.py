@@ -32,7 +32,8 @@ def fit_seed(seed, model_key, n, rep):
     n, rep : int
         Sample size and replication index.
     """
-    ss = np.random.SeedSequence(entropy=int(seed), spawn_key=(_name_key(model_key), int(n), int(rep)))
+    ss = np.random.SeedSequence(entropy=int(seed),
+                                spawn_key=(_name_key(model_key), int(n), int(rep)))
     return int(ss.generate_state(1, dtype=np.uint32)[0] >> 1)
 
 

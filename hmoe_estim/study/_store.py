@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from .. import __version__
-from ._config import StudyConfig
+from ._config import StudyConfig, without_descriptive
 from ._plan import true_measure
 from ._results import (
     RESULTS_FILE,
@@ -100,7 +100,9 @@ def prepare_out(out, config):
     """Create or check ``OUT`` for ``config``; return ``G*``.
 
     Writes ``config.json`` and ``truth.json`` for a new study. For an existing one, refuses a
-    different config (by hash, listing the differing keys).
+    different config (listing the differing keys); a config that differs only in its
+    descriptive fields (``description``) is the same study and resumes. ``config.json`` is
+    never rewritten.
 
     Raises
     ------
@@ -124,9 +126,14 @@ def prepare_out(out, config):
             old = stored["config"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StudyError(f"{cfg_path} is unreadable ({exc}); use another --out.") from None
-        if old_hash != h:
-            diffs = _diff_configs(old, new)
-            shown = "; ".join(diffs[:8]) + (f"; ... ({len(diffs)} differences)" if len(diffs) > 8 else "")
+        # Folders written before the description left the hash carry a hash that includes it:
+        # when the hashes differ, compare the configs themselves without descriptive fields.
+        if old_hash != h and (not isinstance(old, dict)
+                              or without_descriptive(old) != without_descriptive(new)):
+            diffs = _diff_configs(without_descriptive(old) if isinstance(old, dict) else {},
+                                  without_descriptive(new))
+            more = f"; ... ({len(diffs)} differences)" if len(diffs) > 8 else ""
+            shown = "; ".join(diffs[:8]) + more
             raise StudyError(
                 f"{out} already holds a study with a different configuration (hash {old_hash}, "
                 f"this one {h}): {shown or 'same keys, other values'}. Use another --out, or "
