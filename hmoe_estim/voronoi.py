@@ -41,8 +41,8 @@ from .branches import (
 )
 
 __all__ = [
-    "voronoi_cells", "voronoi_loss", "VoronoiCells", "VoronoiDetails", "ODD_ACTIVATIONS",
-    "sign_symmetric",
+    "ODD_ACTIVATIONS", "VoronoiCells", "VoronoiDetails", "sign_symmetric", "voronoi_cells",
+    "voronoi_loss",
 ]
 
 #: Activations with ``φ(−z) = −φ(z)``: their G1 and G2 channels have the sign symmetry.

@@ -20,7 +20,7 @@ from .test_voronoi import slow_branches, slow_pair_cost
 
 def continuum_point(Gs, c, k=0, h=0):
     """Channel (h, k) of G* held as (ω* + c, a*) plus a spare channel (c, −a*): K = K* + 1."""
-    H, N, K, D = Gs.shape
+    H, _, K, _ = Gs.shape
     omega = np.concatenate([Gs.omega, np.zeros((H, 1))], axis=1)
     omega[h, k] += c
     omega[h, K] = c
