@@ -66,6 +66,7 @@ def test_tanh_continuum_has_zero_loss(gate, shape):
     Gs = random_measure(H, N, K, D, random_state=3)
     rng = np.random.default_rng(0)
     X = rng.uniform(-1, 1, size=(300, D))
+    kw = dict(gate=gate, X_ref=X)
     for c in (0.0, 0.05, 0.7, 3.0):
         for k in range(K):
             G = continuum_point(Gs, c, k=k, h=H - 1)
@@ -75,16 +76,15 @@ def test_tanh_continuum_has_zero_loss(gate, shape):
             # ... and, relabelled, loss and expert error 0
             G = G.permuted(channels=rng.permutation(K + 1), tokens=rng.permutation(N))
             for r in (None, 1, 2):
-                assert voronoi_loss(G, Gs, gate=gate, activation="tanh", r=r) <= 1e-10
+                assert voronoi_loss(G, Gs, activation="tanh", r=r, **kw) <= 1e-10
             for weighting in ("heaviest", "weighted", "max"):
-                assert expert_error(G, Gs, gate=gate, activation="tanh",
-                                    weighting=weighting) <= 1e-10
+                assert expert_error(G, Gs, activation="tanh", weighting=weighting, **kw) <= 1e-10
             # sigmoid (not odd): the same measure is another function, and the loss sees it
             if c > 0:
-                assert voronoi_loss(G, Gs, gate=gate, activation="sigmoid") > 0.1 * c
+                assert voronoi_loss(G, Gs, activation="sigmoid", **kw) > 0.1 * c
                 # without the quotient, tanh charges the flipped atom as far away
-                assert voronoi_loss(G, Gs, gate=gate, activation="tanh",
-                                    sign_symmetry=False) > 0.1 * c
+                assert voronoi_loss(G, Gs, activation="tanh", sign_symmetry=False,
+                                    **kw) > 0.1 * c
 
 
 @pytest.mark.parametrize("gate", ["value", "sdpa"])
@@ -132,3 +132,177 @@ def test_sign_symmetry_bad_value():
     for fn in (voronoi_loss, voronoi_cells, expert_error):
         with pytest.raises(ValueError, match="sign_symmetry must be 'auto', True or False"):
             fn(Gs, Gs, gate="value", activation="tanh", sign_symmetry="yes")
+
+
+# --------------------------------------------------------------------------------------
+# 2. the diagnosis: Jacobian, witnesses, verdicts
+# --------------------------------------------------------------------------------------
+
+from hmoe_estim.identifiability import (
+    annotate_rates,
+    identifiability_report,
+    regression_jacobian,
+    study_verdicts,
+)
+from hmoe_estim.parameters import pack, unpack
+
+from .reference import f_ref
+
+GATES = ["none", "value", "sdpa", "output"]
+ACTIVATIONS = ["sigmoid", "tanh", "gelu", "silu"]
+SHAPES = [(1, 2, 2, 2), (1, 3, 2, 3), (2, 2, 2, 2)]
+
+
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_jacobian_matches_finite_differences(gate, activation):
+    G = random_measure(2, 3, 1, 2, random_state=11)
+    X = np.random.default_rng(2).uniform(-1, 1, size=(25, 2))
+    J = regression_jacobian(G, X, gate=gate, activation=activation)
+    theta, h = pack(G), 1e-6
+    fd = np.empty_like(J)
+    for p in range(theta.size):
+        e = np.zeros_like(theta)
+        e[p] = h
+        fp = f_ref(*_arrays(unpack(theta + e, G.shape)), X, gate, activation)
+        fm = f_ref(*_arrays(unpack(theta - e, G.shape)), X, gate, activation)
+        fd[:, p] = (fp - fm) / (2 * h)
+    np.testing.assert_allclose(J, fd, atol=1e-7 * np.abs(J).max())
+
+
+def _arrays(G):
+    return G.omega, G.M, G.a
+
+
+def _expected_null(gate, shape):
+    """Null-space dimension of J at K = K*: the Σ_k ω a fibre and the cross-head shift."""
+    H, N, K, D = shape
+    if gate in ("none", "output"):
+        return H * (K + N * K * D - N * D) + (H - 1) * D
+    return 0
+
+
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_jacobian_null_space_matches_named_obstructions(gate, activation):
+    for j, shape in enumerate(SHAPES):
+        G = random_measure(*shape, random_state=20 + j)
+        rep = identifiability_report(G, gate=gate, activation=activation, n_experts=shape[2],
+                                     n_check=800)
+        jac = rep.jacobian
+        assert jac.null_dimension == _expected_null(gate, shape), (shape, jac.to_dict())
+        assert jac.expected_null_dimension == jac.null_dimension
+        assert jac.gap > 1e4  # a clear numerical rank
+        assert rep.locally_identifiable == (gate in ("value", "sdpa"))
+
+
+EXPECTED_OBSTRUCTIONS = {
+    # (gate, φ(0) = 0, over-specified) -> names; H = 1 here (no cross-head shift)
+    ("none", False, False): ["mha-fibre"], ("none", True, False): ["mha-fibre"],
+    ("none", False, True): ["mha-fibre"], ("none", True, True): ["mha-fibre"],
+    ("output", False, False): ["mha-fibre"], ("output", True, False): ["mha-fibre"],
+    ("output", False, True): ["mha-fibre"], ("output", True, True): ["mha-fibre"],
+    ("value", False, False): [], ("value", True, False): [],
+    ("value", False, True): [], ("value", True, True): ["token-split", "null-atom"],
+    ("sdpa", False, False): [], ("sdpa", True, False): [],
+    ("sdpa", False, True): [], ("sdpa", True, True): ["null-atom"],
+}
+
+
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_obstructions_witnesses_and_verdicts(gate, activation):
+    G = random_measure(1, 3, 2, 2, random_state=7)
+    X = np.random.default_rng(99).uniform(-1, 1, size=(500, 2))
+    for extra in (0, 1, 2):
+        K = 2 + extra
+        rep = identifiability_report(G, gate=gate, activation=activation, n_experts=K,
+                                     n_check=300)
+        names = [o.name for o in rep.obstructions]
+        assert names == EXPECTED_OBSTRUCTIONS[(gate, activation != "sigmoid", extra > 0)]
+        for o in rep.obstructions:
+            W = o.witness
+            assert W.shape == (1, 3, K, 2)
+            assert np.all(W.omega >= 0)  # a member of the fitted class (A.2)
+            # same function, checked here with the loop-by-loop reference on fresh inputs
+            diff = f_ref(*_arrays(W), X, gate, activation) - f_ref(*_arrays(G), X, gate,
+                                                                  activation)
+            assert np.max(np.abs(diff)) <= 1e-10
+            assert o.function_gap <= 1e-10
+            assert voronoi_loss(W, G, gate=gate, activation=activation) > 0.1
+            assert o.voronoi_loss > 0.1
+        if names:
+            assert rep.identifiable is False and rep.verdict == "not identifiable"
+        elif activation == "sigmoid":
+            assert rep.identifiable is True
+        else:  # tanh / GELU / SiLU without obstruction: locally identifiable, no global claim
+            assert rep.identifiable == "unknown" and "locally identifiable" in rep.reason
+        lines = rep.summary().splitlines()
+        assert sum(line.startswith("  obstruction ") for line in lines) == len(names)
+        assert "sign-flip" in [s.name for s in rep.symmetries] or not (
+            gate in ("value", "sdpa") and activation == "tanh")
+
+
+def test_cross_head_witness():
+    G = random_measure(2, 2, 2, 2, random_state=3)
+    X = np.random.default_rng(5).uniform(-1, 1, size=(400, 2))
+    for gate in ("none", "output"):
+        rep = identifiability_report(G, gate=gate, activation="tanh", n_experts=3)
+        o = {o.name: o for o in rep.obstructions}["cross-head-linear"]
+        assert o.null_dimension == 2
+        diff = f_ref(*_arrays(o.witness), X, gate, "tanh") - f_ref(*_arrays(G), X, gate, "tanh")
+        assert np.max(np.abs(diff)) <= 1e-10 and o.voronoi_loss > 0.1
+
+
+def test_truth_violating_assumptions_is_unknown():
+    G = random_measure(1, 2, 2, 2, random_state=3)
+    M = G.M.copy()
+    M[0, 0] = 0.0  # (A.4) violated: constant gate
+    rep = identifiability_report(MixingMeasure(G.omega, M, G.a), gate="value",
+                                 activation="sigmoid", n_experts=2)
+    assert rep.identifiable == "unknown" and "(A.4)" in rep.reason
+    # an obstruction still decides: its witness does not need the assumptions
+    rep = identifiability_report(MixingMeasure(G.omega, M, G.a), gate="value",
+                                 activation="tanh", n_experts=3)
+    assert rep.identifiable is False
+
+
+def test_report_bad_input():
+    G = random_measure(1, 2, 2, 2, random_state=3)
+    with pytest.raises(ValueError, match="below the truth's K\\* = 2"):
+        identifiability_report(G, gate="value", activation="tanh", n_experts=1)
+    with pytest.raises(ValueError, match="Unknown gate"):
+        identifiability_report(G, gate="g2", activation="tanh", n_experts=2)
+    with pytest.raises(ValueError, match="Unknown activation"):
+        identifiability_report(G, gate="value", activation="relu", n_experts=2)
+    with pytest.raises(ValueError, match="must be a MixingMeasure"):
+        identifiability_report(G.to_dict(), gate="value", activation="tanh", n_experts=2)
+    with pytest.raises(ValueError, match="n_tokens = 3 but the truth has 2"):
+        identifiability_report(G, gate="value", activation="tanh", n_experts=2, n_tokens=3)
+    with pytest.raises(ValueError, match="n_experts must be an integer"):
+        identifiability_report(G, gate="value", activation="tanh", n_experts=2.5)
+
+
+def test_study_verdicts_and_rates_annotation():
+    from hmoe_estim.config import StudyConfig
+
+    cfg = StudyConfig.from_dict({
+        "models": [{"gate": "value", "activation": "tanh"}, {"gate": "value"},
+                   {"gate": "sdpa", "activation": "gelu"}, "none"],
+        "truth": {"n_heads": 1, "n_tokens": 2, "n_experts": 2, "n_features": 2},
+        "grid": {"n": [100, 200], "reps": 1},
+        "fit": {"n_experts": 3},
+    })
+    verdicts = study_verdicts(cfg)
+    names = [m.name for m in cfg.models]
+    got = {name: verdicts[name]["label"] for name in names}
+    assert list(got.values()) == [
+        "not identifiable (token-split, null-atom)", "identifiable",
+        "not identifiable (null-atom)", "not identifiable (mha-fibre)"]
+    rates = {name: {"voronoi_loss": {"slope": -0.5}, "regression_error": {"slope": -0.5}}
+             for name in names}
+    annotate_rates(rates, cfg)
+    assert rates[names[1]]["voronoi_loss"]["reading"] == "rate"
+    assert rates[names[0]]["voronoi_loss"]["reading"].startswith("not a rate: not identifiable")
+    assert "reading" not in rates[names[0]]["regression_error"]
+    assert rates[names[3]]["identifiability"]["obstructions"][0]["name"] == "mha-fibre"
