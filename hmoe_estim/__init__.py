@@ -45,6 +45,7 @@ _LAZY = {
     "make_regression_error_scorer": "scorers",
     "make_hmoe_regression": "datasets",
     "random_measure": "datasets",
+    "identifiability_report": "identifiability",
 }
 
 __all__ = sorted([*_LAZY, "GATES", "ACTIVATIONS", "__version__"])

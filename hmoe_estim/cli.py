@@ -211,6 +211,9 @@ def _dispatch(args):
         if not records:
             raise StudyError(f"{args.out} has no finished fits yet.")
         rates = rates_from_records(records, random_state=config.seed)
+        from .identifiability import annotate_rates
+
+        annotate_rates(rates, config)
         path = args.output or os.path.join(args.out, "learning_curves.png")
         title = f"{config.name}: K={config.fit.n_experts}, K*={config.truth.n_experts}, " \
                 f"init={config.fit.init}"

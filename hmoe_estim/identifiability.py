@@ -23,11 +23,19 @@ representation of ``f_{G*}`` in the class of ``K`` channels into
   ``token-split`` (``"value"``, ``φ(0) = 0`` — tanh, GELU, SiLU —, ``N >= 2``, ``K >= K* + 1``)
       ``ω Σ_i g_i φ(a_i·x) = ω Σ_{i∈S} g_i φ(a_i·x) + ω Σ_{i∉S} g_i φ(a_i·x)``: a channel's
       tokens split into two channels whose other experts are 0.
+  ``token-regroup`` (``"value"``, *any* φ, sigmoid included, ``N >= 2``, ``K* >= 2``,
+  ``K >= K* + 1``)
+      G2 is ``Σ_i g_i(x) Σ_k ω_k φ(a_{i,k}·x)``: per token, a weighted sum of experts, and the
+      channels only group them. With true channels ``(ω_0, a_{·,0})``, ``(ω_1, a_{·,1})``,
+      ``ω_0 <= ω_1``, the channels ``(ω_0; a_{0,0}, a_{i,1} for i >= 1)``,
+      ``(ω_0; a_{0,1}, a_{i,0} for i >= 1)`` and ``(ω_1 − ω_0; a_{·,1})`` give every token the
+      same weighted experts, hence the same ``f``; their branches are not the true ones.
   ``null-atom`` (``"value"``/``"sdpa"``, ``φ(0) = 0``, ``K >= K* + 1``)
       a channel whose experts are all 0 contributes ``ω φ(0) = 0`` whatever its weight ``ω``.
 
-Sigmoid (``φ(0) = 1/2``, not odd) has none of these under ``ω >= 0`` (A.2): the gated
-models with sigmoid are the ones the paper's gated theory is about.
+Sigmoid (``φ(0) = 1/2``, not odd) has no sign flip, token split or null atom under
+``ω >= 0`` (A.2); G1 with sigmoid has no obstruction found, G2 with sigmoid has the token
+regrouping once a spare channel exists.
 
 The **numerical check** is the spectrum of the Jacobian ``J[t, p] = ∂f(x_t)/∂θ_p`` at the
 truth with ``K = K*`` (``θ`` the free parameters of :mod:`hmoe_estim.parameters`, gauge fixed
@@ -36,8 +44,8 @@ sign flips are discrete, so the null space of ``J`` must have exactly the dimens
 named continuous obstructions (``mha-fibre`` and ``cross-head-linear``), 0 for G1 and G2.
 
 The verdict of :func:`identifiability_report` is ``False`` when an obstruction applies (with
-its witness), ``True`` only for G1/G2 with sigmoid at a truth that satisfies (A.2)–(A.5) and
-passes the Jacobian check, and ``"unknown"`` otherwise — e.g. tanh, GELU, SiLU with
+its witness), ``True`` only for sigmoid (G1, and G2 with ``K = K*``) at a truth that
+satisfies (A.2)–(A.5) and passes the Jacobian check, and ``"unknown"`` otherwise — e.g. tanh, GELU, SiLU with
 ``K = K*``, which are locally identifiable (the check passes) but for which no global
 argument is available. See the user guide page "Which gates and activations are
 identifiable".
@@ -185,8 +193,8 @@ class IdentifiabilityReport:
     true_shape : tuple
         ``(H*, N*, K*, D)``.
     identifiable : bool or "unknown"
-        ``False``: an obstruction applies (see ``obstructions``); ``True``: G1/G2 with
-        sigmoid, no obstruction, the truth satisfies (A.2)–(A.5) and the Jacobian check
+        ``False``: an obstruction applies (see ``obstructions``); ``True``: G1 with sigmoid,
+        or G2 with sigmoid where no regrouping applies (``K = K*``), no obstruction, the truth satisfies (A.2)–(A.5) and the Jacobian check
         passes; ``"unknown"``: no exact obstruction found but no argument either (``reason``).
     reason : str
     symmetries : list of Symmetry
@@ -360,6 +368,19 @@ def _token_split(Gs, K):
     return _padded(omega, Gs.M, a, K)
 
 
+def _token_regroup(Gs, K):
+    H, N, Ks, D = Gs.shape
+    k0, k1 = (int(k) for k in np.argsort(Gs.omega[0], kind="stable")[:2])  # ω_k0 <= ω_k1
+    w0, w1 = Gs.omega[0, k0], Gs.omega[0, k1]
+    omega = np.concatenate([Gs.omega, np.zeros((H, 1))], axis=1)
+    a = np.concatenate([Gs.a, Gs.a[:, :, k1 : k1 + 1]], axis=2)  # spare: copy of channel k1
+    omega[0, k1] = w0
+    omega[0, Ks] = w1 - w0
+    a[0, 1:, k0] = Gs.a[0, 1:, k1]  # channel k0: token 0 of k0, tokens >= 1 of k1
+    a[0, 1:, k1] = Gs.a[0, 1:, k0]  # channel k1: token 0 of k1, tokens >= 1 of k0
+    return _padded(omega, Gs.M, a, K)
+
+
 def _null_atom(Gs, K):
     H, N, Ks, D = Gs.shape
     omega = np.concatenate([Gs.omega, np.zeros((H, 1))], axis=1)
@@ -475,8 +496,8 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
     >>> G = random_measure(1, 2, 2, 2, random_state=0)
     >>> rep = identifiability_report(G, gate="value", activation="tanh", n_experts=3)
     >>> rep.identifiable, [o.name for o in rep.obstructions]
-    (False, ['token-split', 'null-atom'])
-    >>> identifiability_report(G, gate="value", activation="sigmoid", n_experts=3).identifiable
+    (False, ['token-split', 'token-regroup', 'null-atom'])
+    >>> identifiability_report(G, gate="sdpa", activation="sigmoid", n_experts=3).identifiable
     True
     """
     K = _check_args(true_measure, gate, activation, n_experts, n_heads, n_tokens)
@@ -522,6 +543,12 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
                            "ω Σ_{i∈S} g_i φ(a_i·x) + ω Σ_{i∉S} g_i φ(a_i·x), a channel's "
                            "tokens split into two channels whose other experts are 0 (one "
                            "spare channel suffices)"))
+    if gate == "value" and N >= 2 and Ks >= 2 and K >= Ks + 1:
+        candidates.append(("token-regroup", _token_regroup(Gs, K), 0,
+                           "G2 = Σ_i g_i Σ_k ω_k φ(a_{i,k}·x) (any φ): channels only group the "
+                           "weighted experts of each token, and with one spare channel two true "
+                           "channels can exchange tokens: (ω_0; a_{0,0}, a_{i,1}), (ω_0; a_{0,1}, "
+                           "a_{i,0}), (ω_1 − ω_0; a_{·,1}) for ω_0 <= ω_1"))
     if gate in ("value", "sdpa") and zero and K >= Ks + 1:
         candidates.append(("null-atom", _null_atom(Gs, K), 0,
                            f"φ(0) = 0 ({activation}): a channel whose experts are all 0 "
@@ -568,7 +595,7 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
     elif issues:
         ident = "unknown"
         reason = "the truth violates the assumptions: " + "; ".join(issues)
-    elif activation == "sigmoid":
+    elif activation == "sigmoid":  # G1 any K; G2 with K = K* (else token-regroup applies)
         ident = True
         reason = ("no exact alternative representation (sigmoid: φ(0) ≠ 0, not odd), the "
                   "Jacobian at K = K* has no null direction (locally identifiable), and the "
@@ -606,8 +633,7 @@ def study_verdicts(config, truth=None):
     Returns
     -------
     dict
-        ``{model name: IdentifiabilityReport.to_dict() without the witnesses' arrays, plus
-        "label"}``.
+        ``{model name: IdentifiabilityReport.to_dict() (witnesses as lists) plus "label"}``.
 
     Raises
     ------
@@ -627,8 +653,6 @@ def study_verdicts(config, truth=None):
         rep = identifiability_report(truth, gate=m.gate, activation=m.activation, n_experts=K,
                                      n_heads=H, n_tokens=N)
         rec = rep.to_dict()
-        for o in rec["obstructions"]:
-            o.pop("witness")
         rec["label"] = verdict_label(rec)
         out[m.name] = rec
     return out

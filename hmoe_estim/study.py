@@ -729,7 +729,9 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
     Returns
     -------
     dict
-        ``{model: {metric: {...}}}`` as written (see :func:`hmoe_estim.rates.fit_rates`).
+        ``{model: {metric: {...}}}`` as written (see :func:`hmoe_estim.rates.fit_rates`), with
+        ``{model: {"identifiability": verdict}}`` and a ``"reading"`` of each parameter
+        metric's slope (:func:`hmoe_estim.identifiability.annotate_rates`).
     """
     from .rates import RATE_METRICS, rates_from_records
 
@@ -740,6 +742,10 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
         raise StudyError(f"{out} has no finished fits yet; run the study first.")
     rates = rates_from_records(records, metrics=metrics or RATE_METRICS, eps=eps, n_boot=n_boot,
                                random_state=config.seed)
+    # identifiability verdict of each model next to its slopes (hmoe_estim.identifiability)
+    from .identifiability import annotate_rates
+
+    annotate_rates(rates, config)
     _write_json_atomic(os.path.join(out, RATES_FILE), rates)
     return rates
 

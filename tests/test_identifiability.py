@@ -203,7 +203,8 @@ EXPECTED_OBSTRUCTIONS = {
     ("output", False, False): ["mha-fibre"], ("output", True, False): ["mha-fibre"],
     ("output", False, True): ["mha-fibre"], ("output", True, True): ["mha-fibre"],
     ("value", False, False): [], ("value", True, False): [],
-    ("value", False, True): [], ("value", True, True): ["token-split", "null-atom"],
+    ("value", False, True): ["token-regroup"],
+    ("value", True, True): ["token-split", "token-regroup", "null-atom"],
     ("sdpa", False, False): [], ("sdpa", True, False): [],
     ("sdpa", False, True): [], ("sdpa", True, True): ["null-atom"],
 }
@@ -288,7 +289,7 @@ def test_study_verdicts_and_rates_annotation():
 
     cfg = StudyConfig.from_dict({
         "models": [{"gate": "value", "activation": "tanh"}, {"gate": "value"},
-                   {"gate": "sdpa", "activation": "gelu"}, "none"],
+                   {"gate": "sdpa", "activation": "gelu"}, "none", "sdpa"],
         "truth": {"n_heads": 1, "n_tokens": 2, "n_experts": 2, "n_features": 2},
         "grid": {"n": [100, 200], "reps": 1},
         "fit": {"n_experts": 3},
@@ -297,12 +298,14 @@ def test_study_verdicts_and_rates_annotation():
     names = [m.name for m in cfg.models]
     got = {name: verdicts[name]["label"] for name in names}
     assert list(got.values()) == [
-        "not identifiable (token-split, null-atom)", "identifiable",
-        "not identifiable (null-atom)", "not identifiable (mha-fibre)"]
+        "not identifiable (token-split, token-regroup, null-atom)",
+        "not identifiable (token-regroup)", "not identifiable (null-atom)",
+        "not identifiable (mha-fibre)", "identifiable"]
     rates = {name: {"voronoi_loss": {"slope": -0.5}, "regression_error": {"slope": -0.5}}
              for name in names}
     annotate_rates(rates, cfg)
-    assert rates[names[1]]["voronoi_loss"]["reading"] == "rate"
+    assert rates[names[1]]["voronoi_loss"]["reading"].startswith("not a rate")
+    assert rates[names[4]]["voronoi_loss"]["reading"] == "rate"
     assert rates[names[0]]["voronoi_loss"]["reading"].startswith("not a rate: not identifiable")
     assert "reading" not in rates[names[0]]["regression_error"]
     assert rates[names[3]]["identifiability"]["obstructions"][0]["name"] == "mha-fibre"
