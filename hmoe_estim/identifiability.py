@@ -65,6 +65,7 @@ __all__ = [
     "PHI_AT_ZERO",
     "IdentifiabilityReport",
     "JacobianCheck",
+    "NearAlternative",
     "Obstruction",
     "Symmetry",
     "annotate_rates",
@@ -131,6 +132,49 @@ class Obstruction:
                 "null_dimension": int(self.null_dimension),
                 "function_gap": float(self.function_gap),
                 "voronoi_loss": float(self.voronoi_loss), "witness": self.witness.to_dict()}
+
+
+@dataclass
+class NearAlternative:
+    """A measure far from ``G*`` (Voronoi loss > 0) whose function is *nearly* ``f_{G*}``.
+
+    Not an exact obstruction: a local minimiser of ``‖f_G − f_{G*}‖`` at a positive distance.
+    A least-squares fit cannot tell it from ``G*`` while the statistical resolution of ``f``,
+    about ``σ sqrt(P / n)`` (``P`` free parameters, eq. (1)), is above ``rms_gap``: the Voronoi
+    loss of a study stays flat until ``n ≳ P σ² / rms_gap²``.
+
+    Attributes
+    ----------
+    name : str
+        ``"token-exchange"``: G2 channels that exchanged the experts of some tokens, then
+        moved to the nearest local minimiser of ``‖f − f*‖`` (weights ``>= 0``).
+    description : str
+    measure : MixingMeasure
+        Of the fitted size (zero-weight channels appended when ``K > K*``).
+    rms_gap : float
+        ``sqrt(mean (f − f*)²)`` on the check sample.
+    voronoi_loss : float
+        Symmetry-aware ``L_2`` Voronoi loss against ``G*``.
+    n_params : int
+        ``P`` of the fitted class.
+    """
+
+    name: str
+    description: str
+    measure: MixingMeasure
+    rms_gap: float
+    voronoi_loss: float
+    n_params: int
+
+    def samples_to_resolve(self, noise):
+        """``P σ² / rms_gap²``: the ``n`` from which a fit can tell it from ``G*``."""
+        return float(self.n_params * noise**2 / max(self.rms_gap, 1e-300) ** 2)
+
+    def to_dict(self):
+        """JSON-safe form."""
+        return {"name": self.name, "description": self.description,
+                "rms_gap": float(self.rms_gap), "voronoi_loss": float(self.voronoi_loss),
+                "n_params": int(self.n_params), "measure": self.measure.to_dict()}
 
 
 @dataclass
@@ -206,6 +250,9 @@ class IdentifiabilityReport:
         the obstructions are not continuous (no ``mha-fibre``).
     notes : list of str
         Near-degeneracies and assumption violations that do not decide the verdict alone.
+    near_alternatives : list of NearAlternative
+        Measures with a nearly equal function (searched for G2, see :class:`NearAlternative`),
+        closest first.
     """
 
     gate: str
@@ -219,6 +266,7 @@ class IdentifiabilityReport:
     jacobian: JacobianCheck
     locally_identifiable: bool
     notes: list = field(default_factory=list)
+    near_alternatives: list = field(default_factory=list)
 
     @property
     def verdict(self):
@@ -245,6 +293,10 @@ class IdentifiabilityReport:
         lines.append(f"  Jacobian at K = K*: {j.n_params} parameters, null space "
                      f"{j.null_dimension} (named obstructions: {j.expected_null_dimension})")
         lines += [f"  note: {n}" for n in self.notes]
+        for a in self.near_alternatives:
+            lines.append(f"  near alternative {a.name}: rms |f - f*| = {a.rms_gap:.2e}, Voronoi "
+                         f"loss {a.voronoi_loss:.3g} (a fit resolves it from n ~ "
+                         f"{a.n_params} σ² / {a.rms_gap:.1e}²)")
         return "\n".join(lines)
 
     def to_dict(self):
@@ -255,7 +307,8 @@ class IdentifiabilityReport:
                 "symmetries": [s.name for s in self.symmetries],
                 "obstructions": [o.to_dict() for o in self.obstructions],
                 "jacobian": self.jacobian.to_dict(),
-                "locally_identifiable": self.locally_identifiable, "notes": list(self.notes)}
+                "locally_identifiable": self.locally_identifiable, "notes": list(self.notes),
+                "near_alternatives": [a.to_dict() for a in self.near_alternatives]}
 
 
 # -- the Jacobian ---------------------------------------------------------------------------
@@ -389,6 +442,60 @@ def _null_atom(Gs, K):
     return _padded(omega, Gs.M, a, K)
 
 
+def _exchange_seeds(Gs, max_seeds):
+    """G2 seeds: two channels of a head exchange the experts of one token, weights averaged."""
+    H, N, Ks, D = Gs.shape
+    seeds = []
+    for h in range(H):
+        for k0 in range(Ks):
+            for k1 in range(k0 + 1, Ks):
+                for i in range(N - 1):  # exchanging token N-1 = exchanging the others
+                    omega, a = Gs.omega.copy(), Gs.a.copy()
+                    a[h, i, k0], a[h, i, k1] = Gs.a[h, i, k1], Gs.a[h, i, k0]
+                    omega[h, [k0, k1]] = 0.5 * (Gs.omega[h, k0] + Gs.omega[h, k1])
+                    seeds.append(MixingMeasure(omega, Gs.M, a))
+    return seeds[:max_seeds]
+
+
+def _near_alternatives(Gs, gate, activation, K, X, max_seeds=6):
+    """Local minimisers of ‖f − f*‖ (check sample) from the token-exchange seeds of G2."""
+    from scipy.optimize import least_squares
+
+    from .parameters import pack, unpack
+    from .regression import regression_function
+    from .voronoi import voronoi_loss
+
+    shape = Gs.shape
+    y = regression_function(Gs, X, gate=gate, activation=activation)
+    lower = np.full(n_params(*shape), -np.inf)
+    lower[: shape[0] * shape[2]] = 0.0
+
+    def residual(t):
+        return regression_function(unpack(t, shape), X, gate=gate, activation=activation) - y
+
+    def jacobian(t):
+        return regression_jacobian(unpack(t, shape), X, gate=gate, activation=activation)
+
+    found = []
+    for seed in _exchange_seeds(Gs, max_seeds):
+        sol = least_squares(residual, pack(seed), jac=jacobian, bounds=(lower, np.inf),
+                            xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=300)
+        G = unpack(sol.x, shape)
+        gap = float(np.sqrt(np.mean(sol.fun**2)))
+        loss = voronoi_loss(G, Gs, gate=gate, activation=activation, X_ref=X)
+        if loss > 1e-3 and gap > 1e-10:  # not the truth again, not an exact alternative
+            found.append((gap, loss, G))
+    found.sort(key=lambda t: t[0])
+    out, P = [], n_params(shape[0], shape[1], K, shape[3])
+    for gap, loss, G in found[:1]:
+        G = _padded(G.omega, G.M, G.a, K)
+        out.append(NearAlternative(
+            "token-exchange", "two G2 channels exchange the experts of a token (weights "
+            "averaged), then the nearest local minimiser of ‖f − f*‖: a distinct measure whose "
+            "function differs from f* by rms_gap only", G, gap, float(loss), P))
+    return out
+
+
 def _check_witness(witness, Gs, gate, activation, X):
     from .regression import regression_function
     from .voronoi import voronoi_loss
@@ -449,7 +556,8 @@ def _assumption_issues(Gs):
 
 
 def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads=None,
-                           n_tokens=None, n_check=2000, tol=1e-10, random_state=0):
+                           n_tokens=None, n_check=2000, tol=1e-10, random_state=0,
+                           search_near=True):
     """Diagnose whether fitting ``n_experts`` channels to ``true_measure`` is identifiable.
 
     Lists the exact symmetries the metrics quotient, the exact obstructions (each with a
@@ -476,6 +584,10 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
         ``.jacobian.gap`` tells how clearly.
     random_state : int, default=0
         Seed of the check inputs.
+    search_near : bool, default=True
+        For G2 with ``K* >= 2`` and ``N* >= 2``, also search near-alternatives
+        (:class:`NearAlternative`): a few bounded least-squares solves of ``‖f − f*‖`` from
+        token-exchange seeds.
 
     Returns
     -------
@@ -605,8 +717,11 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
         reason = (f"no exact obstruction for {activation} with K = {K} and the Jacobian at "
                   "K = K* has no null direction beyond the quotiented symmetries (locally "
                   f"identifiable), but no global identifiability argument covers {activation}")
+    near = []
+    if search_near and gate == "value" and N >= 2 and Ks >= 2:
+        near = _near_alternatives(Gs, gate, activation, K, X)
     return IdentifiabilityReport(gate, activation, K, (H, N, Ks, D), ident, reason,
-                                 symmetries, obstructions, jac, bool(locally), notes)
+                                 symmetries, obstructions, jac, bool(locally), notes, near)
 
 
 # -- studies --------------------------------------------------------------------------------
@@ -654,6 +769,10 @@ def study_verdicts(config, truth=None):
                                      n_heads=H, n_tokens=N)
         rec = rep.to_dict()
         rec["label"] = verdict_label(rec)
+        noise = config.data.noise
+        for a, alt in zip(rec["near_alternatives"], rep.near_alternatives):
+            a["noise"] = noise
+            a["n_to_resolve"] = alt.samples_to_resolve(noise) if noise > 0 else None
         out[m.name] = rec
     return out
 
@@ -664,8 +783,10 @@ def annotate_rates(rates, config, truth=None):
     Each model gets ``rates[model]["identifiability"]`` (:func:`study_verdicts`), and each
     parameter metric (Voronoi loss and its parts, extra weight, expert error) a ``"reading"``:
     ``"rate"`` for an identifiable model, ``"not a rate: not identifiable (<obstructions>)"``
-    or ``"rate if identifiable (identifiability unknown)"``. The regression error is a rate
-    for every model (Proposition 1).
+    or ``"rate if identifiable (identifiability unknown)"``, followed by
+    ``"; pre-asymptotic: near-alternative ..."`` when a :class:`NearAlternative` needs more
+    samples than the grid's largest ``n`` (``P σ² / rms_gap²`` with the study's noise σ). The
+    regression error is a rate for every model (Proposition 1).
 
     Returns
     -------
@@ -673,17 +794,26 @@ def annotate_rates(rates, config, truth=None):
         ``rates``.
     """
     verdicts = study_verdicts(config, truth)
+    n_max = max(config.grid.n)
     for model, per in rates.items():
         rec = verdicts.get(model)
         if rec is None:
             continue
         per["identifiability"] = rec
+        slow = [a for a in rec["near_alternatives"]
+                if a.get("n_to_resolve") is not None and a["n_to_resolve"] > n_max]
         for metric in PARAMETER_METRICS:
             if metric in per and "slope" in per[metric]:
-                if rec["verdict"] == "identifiable":
-                    per[metric]["reading"] = "rate"
-                elif rec["verdict"] == "not identifiable":
-                    per[metric]["reading"] = "not a rate: " + rec["label"]
+                if rec["verdict"] == "not identifiable":
+                    reading = "not a rate: " + rec["label"]
+                elif rec["verdict"] == "identifiable":
+                    reading = "rate"
                 else:
-                    per[metric]["reading"] = "rate if identifiable (identifiability unknown)"
+                    reading = "rate if identifiable (identifiability unknown)"
+                if slow and rec["verdict"] != "not identifiable":
+                    a = slow[0]
+                    reading += (f"; pre-asymptotic: near-alternative {a['name']} (rms gap "
+                                f"{a['rms_gap']:.1e}) unresolved below n ~ "
+                                f"{a['n_to_resolve']:.1e}")
+                per[metric]["reading"] = reading
     return rates
