@@ -23,8 +23,7 @@ representation of ``f_{G*}`` in the class of ``K`` channels into
   ``token-split`` (``"value"``, ``φ(0) = 0`` — tanh, GELU, SiLU —, ``N >= 2``, ``K >= K* + 1``)
       ``ω Σ_i g_i φ(a_i·x) = ω Σ_{i∈S} g_i φ(a_i·x) + ω Σ_{i∉S} g_i φ(a_i·x)``: a channel's
       tokens split into two channels whose other experts are 0.
-  ``token-regroup`` (``"value"``, *any* φ, sigmoid included, ``N >= 2``, ``K* >= 2``,
-  ``K >= K* + 1``)
+  ``token-regroup`` (``"value"``, *any* φ, sigmoid included, ``N, K* >= 2``, ``K > K*``)
       G2 is ``Σ_i g_i(x) Σ_k ω_k φ(a_{i,k}·x)``: per token, a weighted sum of experts, and the
       channels only group them. With true channels ``(ω_0, a_{·,0})``, ``(ω_1, a_{·,1})``,
       ``ω_0 <= ω_1``, the channels ``(ω_0; a_{0,0}, a_{i,1} for i >= 1)``,
@@ -38,7 +37,7 @@ Sigmoid (``φ(0) = 1/2``, not odd) has no sign flip, token split or null atom un
 regrouping once a spare channel exists.
 
 The **numerical check** is the spectrum of the Jacobian ``J[t, p] = ∂f(x_t)/∂θ_p`` at the
-truth with ``K = K*`` (``θ`` the free parameters of :mod:`hmoe_estim.parameters`, gauge fixed
+truth with ``K = K*`` (``θ`` the free parameters of ``hmoe_estim.parameters``, gauge fixed
 by ``M[h, N-1] = 0``; the Fisher information of eq. (1) is ``JᵀJ / (n σ²)``). Relabellings and
 sign flips are discrete, so the null space of ``J`` must have exactly the dimension of the
 named continuous obstructions (``mha-fibre`` and ``cross-head-linear``), 0 for G1 and G2.
@@ -324,7 +323,7 @@ def _phi_and_derivative(activation, z):
 def regression_jacobian(measure, X, *, gate="none", activation="sigmoid"):
     """Per-sample Jacobian ``J[t, p] = ∂f_G(x_t) / ∂θ_p`` of the regression function.
 
-    ``θ`` is the packed parameter vector of :func:`hmoe_estim.parameters.pack` (``ω``, the
+    ``θ`` is the packed parameter vector of ``hmoe_estim.parameters.pack`` (``ω``, the
     upper triangles of ``M[h, i]`` for ``i < N-1``, ``a``), at the normalised measure. With
     ``g[h,i] = softmax_i(xᵀ M[h,i] x)``, expert ``E = a·x`` (``φ(a·x)`` for G2),
     ``u[h,k] = Σ_i g[h,i] E[h,i,k]``, ``ψ = φ`` for G1 (identity otherwise) and the outer
@@ -563,7 +562,7 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
     Lists the exact symmetries the metrics quotient, the exact obstructions (each with a
     witness of the fitted size, checked: ``max |f_witness − f_{G*}|`` and its symmetry-aware
     Voronoi loss), and the numerical rank of the Jacobian of ``f`` at the truth with
-    ``K = K*`` (:func:`regression_jacobian`; Fisher information ``JᵀJ/(nσ²)`` of eq. (1)).
+    ``K = K*`` (``regression_jacobian``; Fisher information ``JᵀJ/(nσ²)`` of eq. (1)).
 
     Parameters
     ----------
@@ -586,7 +585,7 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
         Seed of the check inputs.
     search_near : bool, default=True
         For G2 with ``K* >= 2`` and ``N* >= 2``, also search near-alternatives
-        (:class:`NearAlternative`): a few bounded least-squares solves of ``‖f − f*‖`` from
+        (``NearAlternative``): a few bounded least-squares solves of ``‖f − f*‖`` from
         token-exchange seeds.
 
     Returns

@@ -231,7 +231,7 @@ def voronoi_cells(
         Quotient the channel sign flip ``(ω, a) -> (−ω, −a)``: the distance of a fitted
         branch to a true one is ``min(‖B − B*‖, ‖B + B*‖)`` and the sign that attains it is
         kept (``.pair_signs``, ``.signs``). ``"auto"``: for G1/G2 with an odd activation
-        (tanh), where the flip is an exact symmetry (see :func:`sign_symmetric`).
+        (tanh), where the flip is an exact symmetry (``voronoi.sign_symmetric``).
 
     Returns
     -------

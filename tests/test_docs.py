@@ -27,6 +27,7 @@ DOCS = ROOT / "docs"
 #: Submodules whose public names (their ``__all__``) must each have an API page.
 DOCUMENTED_MODULES = (
     "attention", "initialization", "config", "study", "results", "rates", "plotting",
+    "identifiability",
 )
 #: Top-level names documented on the API page itself rather than on a generated page.
 CONSTANTS = ("GATES", "ACTIVATIONS", "__version__")
