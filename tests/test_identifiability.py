@@ -327,3 +327,48 @@ def test_study_verdicts_and_rates_annotation():
     assert rates[names[0]]["voronoi_loss"]["reading"].startswith("not a rate: not identifiable")
     assert "reading" not in rates[names[0]]["regression_error"]
     assert rates[names[3]]["identifiability"]["obstructions"][0]["name"] == "mha-fibre"
+
+
+def test_rates_table_and_figure_carry_the_verdict(tmp_path):
+    pytest.importorskip("matplotlib")
+    from hmoe_estim.config import StudyConfig
+    from hmoe_estim.plotting import plot_learning_curves
+    from hmoe_estim.rates import format_rates_table, rates_from_records
+
+    cfg = StudyConfig.from_dict({
+        "models": [{"gate": "value", "activation": "gelu"}, "sdpa"],
+        "truth": {"n_heads": 1, "n_tokens": 2, "n_experts": 2, "n_features": 2},
+        "grid": {"n": [100, 300, 1000], "reps": 2},
+        "fit": {"n_experts": 3},
+    })
+    rng = np.random.default_rng(0)
+    records = [{"model": m.name, "n": n, "rep": r, "voronoi_loss": float(rng.uniform(1, 2)),
+                "regression_error": float(rng.uniform(0.1, 0.2))}
+               for m in cfg.models for n in cfg.grid.n for r in range(2)]
+    rates = annotate_rates(rates_from_records(records, metrics=("voronoi_loss",
+                                                                "regression_error"),
+                                              n_boot=50), cfg)
+    table = format_rates_table(rates)
+    g2, g1 = (m.name for m in cfg.models)
+    assert f"{g2:<12} identifiability: not identifiable (token-split, token-regroup, null-atom)" \
+        in table
+    assert f"{g1:<12} identifiability: identifiable" in table
+    assert table.count("<- not a rate: not identifiable") == 1  # the G2 Voronoi row only
+    path = plot_learning_curves(records, str(tmp_path / "lc.png"), rates=rates)
+    assert (tmp_path / "lc.png").is_file() and path.endswith("lc.png")
+
+
+def test_study_verdicts_truth_of_another_shape():
+    from hmoe_estim.config import StudyConfig
+
+    cfg = StudyConfig.from_dict({
+        "models": ["value"],
+        "truth": {"n_heads": 1, "n_tokens": 2, "n_experts": 2, "n_features": 2},
+        "grid": {"n": [100, 200], "reps": 1},
+    })
+    with pytest.raises(ValueError, match="n_tokens = 2 but the truth has 3"):
+        study_verdicts(cfg, truth=random_measure(1, 3, 2, 2, random_state=0))
+    with pytest.raises(ValueError, match="D = 2 features but its truth has 3"):
+        study_verdicts(cfg, truth=random_measure(1, 2, 2, 3, random_state=0))
+    with pytest.raises(ValueError, match="below the truth's K\\* = 4"):
+        study_verdicts(cfg, truth=random_measure(1, 2, 4, 2, random_state=0))
