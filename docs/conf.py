@@ -71,6 +71,7 @@ nitpick_ignore_regex = [
 #: Submodules with a page of their own in the API reference (see api.rst).
 API_SUBMODULES = (
     "attention", "initialization", "config", "study", "results", "rates", "plotting",
+    "identifiability",
 )
 
 
