@@ -787,12 +787,21 @@ def annotate_rates(rates, config, truth=None):
     samples than the grid's largest ``n`` (``P σ² / rms_gap²`` with the study's noise σ). The
     regression error is a rate for every model (Proposition 1).
 
+    A study that cannot be assessed (``K < K*``, which a study config allows) gets the verdict
+    ``"unknown"`` with the reason, instead of an error.
+
     Returns
     -------
     dict
         ``rates``.
     """
-    verdicts = study_verdicts(config, truth)
+    try:
+        verdicts = study_verdicts(config, truth)
+    except ValueError as exc:
+        rec = {"identifiable": "unknown", "verdict": "unknown", "reason": str(exc),
+               "obstructions": [], "near_alternatives": [],
+               "label": f"identifiability not assessed: {exc}"}
+        verdicts = {m.name: dict(rec) for m in config.models}
     n_max = max(config.grid.n)
     for model, per in rates.items():
         rec = verdicts.get(model)

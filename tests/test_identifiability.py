@@ -372,3 +372,9 @@ def test_study_verdicts_truth_of_another_shape():
         study_verdicts(cfg, truth=random_measure(1, 2, 2, 3, random_state=0))
     with pytest.raises(ValueError, match="below the truth's K\\* = 4"):
         study_verdicts(cfg, truth=random_measure(1, 2, 4, 2, random_state=0))
+    # a study may fit K < K*: its rates are then annotated as not assessed, not an error
+    rates = {"value": {"voronoi_loss": {"slope": -0.1}}}
+    annotate_rates(rates, cfg, truth=random_measure(1, 2, 4, 2, random_state=0))
+    assert rates["value"]["identifiability"]["verdict"] == "unknown"
+    assert "not assessed" in rates["value"]["identifiability"]["label"]
+    assert rates["value"]["voronoi_loss"]["reading"].startswith("rate if identifiable")
