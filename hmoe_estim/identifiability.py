@@ -420,16 +420,31 @@ def _token_split(Gs, K):
     return _padded(omega, Gs.M, a, K)
 
 
+def _regroup_pair(Gs):
+    """Head and channels ``(h, k0, k1)`` with the closest weights, ``ω[h,k0] <= ω[h,k1]``."""
+    best = None
+    for h in range(Gs.n_heads):
+        for k0 in range(Gs.n_experts):
+            for k1 in range(Gs.n_experts):
+                if k0 != k1 and Gs.omega[h, k0] <= Gs.omega[h, k1]:
+                    d = Gs.omega[h, k1] - Gs.omega[h, k0]
+                    if best is None or d < best[0]:
+                        best = (d, h, k0, k1)
+    return best
+
+
 def _token_regroup(Gs, K):
     H, N, Ks, D = Gs.shape
-    k0, k1 = (int(k) for k in np.argsort(Gs.omega[0], kind="stable")[:2])  # ω_k0 <= ω_k1
-    w0, w1 = Gs.omega[0, k0], Gs.omega[0, k1]
-    omega = np.concatenate([Gs.omega, np.zeros((H, 1))], axis=1)
-    a = np.concatenate([Gs.a, Gs.a[:, :, k1 : k1 + 1]], axis=2)  # spare: copy of channel k1
-    omega[0, k1] = w0
-    omega[0, Ks] = w1 - w0
-    a[0, 1:, k0] = Gs.a[0, 1:, k1]  # channel k0: token 0 of k0, tokens >= 1 of k1
-    a[0, 1:, k1] = Gs.a[0, 1:, k0]  # channel k1: token 0 of k1, tokens >= 1 of k0
+    diff, h, k0, k1 = _regroup_pair(Gs)
+    w0 = Gs.omega[h, k0]
+    omega, a = Gs.omega.copy(), Gs.a.copy()
+    if diff > 0:  # the spare channel carries ω_k1 − ω_k0 of channel k1
+        omega = np.concatenate([omega, np.zeros((H, 1))], axis=1)
+        a = np.concatenate([a, Gs.a[:, :, k1 : k1 + 1]], axis=2)
+        omega[h, Ks] = diff
+    omega[h, k1] = w0
+    a[h, 1:, k0] = Gs.a[h, 1:, k1]  # channel k0: token 0 of k0, tokens >= 1 of k1
+    a[h, 1:, k1] = Gs.a[h, 1:, k0]  # channel k1: token 0 of k1, tokens >= 1 of k0
     return _padded(omega, Gs.M, a, K)
 
 
@@ -654,20 +669,29 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
                            "ω Σ_{i∈S} g_i φ(a_i·x) + ω Σ_{i∉S} g_i φ(a_i·x), a channel's "
                            "tokens split into two channels whose other experts are 0 (one "
                            "spare channel suffices)"))
-    if gate == "value" and N >= 2 and Ks >= 2 and K >= Ks + 1:
+    if gate == "value" and N >= 2 and Ks >= 2 and (K >= Ks + 1 or _regroup_pair(Gs)[0] == 0):
         candidates.append(("token-regroup", _token_regroup(Gs, K), 0,
                            "G2 = Σ_i g_i Σ_k ω_k φ(a_{i,k}·x) (any φ): channels only group the "
                            "weighted experts of each token, and with one spare channel two true "
                            "channels can exchange tokens: (ω_0; a_{0,0}, a_{i,1}), (ω_0; a_{0,1}, "
-                           "a_{i,0}), (ω_1 − ω_0; a_{·,1}) for ω_0 <= ω_1"))
+                           "a_{i,0}), (ω_1 − ω_0; a_{·,1}) for ω_0 <= ω_1 (no spare channel "
+                           "needed when two weights are equal)"))
     if gate in ("value", "sdpa") and zero and K >= Ks + 1:
         candidates.append(("null-atom", _null_atom(Gs, K), 0,
                            f"φ(0) = 0 ({activation}): a channel whose experts are all 0 "
                            "contributes ω φ(0) = 0 whatever its weight ω"))
-    obstructions = []
+    obstructions, failed = [], []
+    from .regression import regression_function
+
+    f_scale = max(1.0, float(np.max(np.abs(
+        regression_function(Gs, X, gate=gate, activation=activation)))))
     for name, witness, dim, text in candidates:
         gap, loss = _check_witness(witness, Gs, gate, activation, X)
-        obstructions.append(Obstruction(name, text, witness, dim, gap, loss))
+        if gap <= 1e-10 * f_scale and loss > 1e-8:
+            obstructions.append(Obstruction(name, text, witness, dim, gap, loss))
+        else:  # a degenerate truth (zero or coinciding experts): never claim without a witness
+            failed.append(f"the {name} witness failed its check here (|f − f*| = {gap:.1e}, "
+                          f"Voronoi loss {loss:.1e}), so {name} is not claimed")
 
     # Jacobian at the truth, K = K*
     J = regression_jacobian(Gs, X, gate=gate, activation=activation) / np.sqrt(X.shape[0])
@@ -681,7 +705,7 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
     expected = int(sum(o.null_dimension for o in obstructions))
     jac = JacobianCheck(J.shape[1], X.shape[0], s, null, expected, float(tol), gap)
 
-    notes = []
+    notes = list(failed)
     issues = _assumption_issues(Gs)
     notes += issues
     if gate == "output" and activation in ("gelu", "silu"):
@@ -699,6 +723,9 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
         ident = False
         reason = "exact alternative representation(s) with Voronoi loss > 0: " + ", ".join(
             o.name for o in obstructions)
+    elif failed:
+        ident = "unknown"
+        reason = "; ".join(failed)
     elif not jac.explained:
         ident = "unknown"
         reason = (f"the Jacobian at the truth has {null} null direction(s), "

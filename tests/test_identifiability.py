@@ -378,3 +378,21 @@ def test_study_verdicts_truth_of_another_shape():
     assert rates["value"]["identifiability"]["verdict"] == "unknown"
     assert "not assessed" in rates["value"]["identifiability"]["label"]
     assert rates["value"]["voronoi_loss"]["reading"].startswith("rate if identifiable")
+
+
+def test_equal_weights_regroup_at_k_star_and_degenerate_truth():
+    G = random_measure(1, 2, 2, 2, random_state=0)
+    # equal true weights: two G2 channels can exchange tokens with no spare channel
+    Geq = MixingMeasure([[1.0, 1.0]], G.M, G.a)
+    rep = identifiability_report(Geq, gate="value", activation="sigmoid", n_experts=2,
+                                 search_near=False)
+    assert [o.name for o in rep.obstructions] == ["token-regroup"]
+    W = rep.obstructions[0].witness
+    assert W.shape == (1, 2, 2, 2) and rep.obstructions[0].function_gap <= 1e-10
+    # coinciding experts: the regroup witness is the truth again -> not claimed, "unknown"
+    a = G.a.copy()
+    a[0, 1, 1] = a[0, 1, 0]
+    rep = identifiability_report(MixingMeasure(G.omega, G.M, a), gate="value",
+                                 activation="sigmoid", n_experts=3, search_near=False)
+    assert rep.obstructions == [] and rep.identifiable == "unknown"
+    assert "token-regroup witness failed its check" in rep.reason
