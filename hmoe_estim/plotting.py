@@ -10,6 +10,7 @@ used, so no display is needed.
 """
 
 import math
+import textwrap
 
 import numpy as np
 
@@ -112,7 +113,7 @@ def plot_learning_curves(records, path, *, rates=None, metrics=PLOT_METRICS, lab
                 lo_b, hi_b = fit["slope_ci"]
                 name = f"{name}: b = {fit['slope']:+.2f} [{lo_b:+.2f}, {hi_b:+.2f}]"
                 if fit.get("reading", "rate") != "rate":  # identifiability verdict
-                    name += "\n  " + fit["reading"]
+                    name += "".join("\n  " + ln for ln in textwrap.wrap(fit["reading"], 56))
                 ng = np.geomspace(grid.min(), grid.max(), 50)
                 ax.plot(ng, fit["c"] * ng ** fit["slope"], "--", color=color, lw=1.2)
             ax.errorbar(grid * jitter, mean, yerr=[mean - np.minimum(lo, mean),
