@@ -50,6 +50,7 @@ _LAZY = {
     "make_regression_error_scorer": "metrics",
     "make_hmoe_regression": "datasets",
     "random_measure": "datasets",
+    "identifiability_report": "metrics",
 }
 
 __all__ = sorted([*_LAZY, "GATES", "ACTIVATIONS", "__version__"])

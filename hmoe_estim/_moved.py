@@ -30,6 +30,8 @@ MOVED_MODULES = {
     "hmoe_estim.plotting": "hmoe_estim.study._plotting",
     "hmoe_estim.progress": "hmoe_estim.study._progress",
     "hmoe_estim.cli": "hmoe_estim.study._cli",
+    # the name the identifiability diagnosis was first announced under
+    "hmoe_estim.identifiability": "hmoe_estim.metrics._identifiability",
 }
 
 

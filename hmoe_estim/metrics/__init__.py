@@ -1,8 +1,22 @@
-"""The theory's metrics: Voronoi cells and losses, the expert and regression errors, and
-their scikit-learn scorers (see :doc:`/user_guide/metrics`)."""
+"""The theory's metrics: Voronoi cells and losses, the expert and regression errors, their
+scikit-learn scorers (see :doc:`/user_guide/metrics`), and the identifiability diagnosis that
+says when a loss can shrink at all (see :doc:`/user_guide/identifiability`)."""
 
 from ._branches import DEFAULT_N_REF, EXPERT_READINGS, reference_sample
 from ._expert import WEIGHTINGS, expert_error, regression_error
+from ._identifiability import (
+    PHI_AT_ZERO,
+    IdentifiabilityReport,
+    JacobianCheck,
+    NearAlternative,
+    Obstruction,
+    Symmetry,
+    annotate_rates,
+    identifiability_report,
+    regression_jacobian,
+    study_verdicts,
+    verdict_label,
+)
 from ._scorers import (
     MetricScorer,
     make_expert_error_scorer,
@@ -23,6 +37,17 @@ __all__ = [
     "make_expert_error_scorer",
     "make_regression_error_scorer",
     "MetricScorer",
+    "identifiability_report",
+    "IdentifiabilityReport",
+    "Symmetry",
+    "Obstruction",
+    "NearAlternative",
+    "JacobianCheck",
+    "regression_jacobian",
+    "annotate_rates",
+    "study_verdicts",
+    "verdict_label",
+    "PHI_AT_ZERO",
     "reference_sample",
     "DEFAULT_N_REF",
     "EXPERT_READINGS",

@@ -16,6 +16,10 @@ weighting, normalised by the cell weight) and ``"max"`` the unweighted worst ato
 Empty cells (a true channel no fitted branch is closest to, e.g. when ``K < K*``) are matched
 to the fitted channel whose branch is nearest to theirs, so the error stays finite and large
 when a true expert is missed.
+
+For G1 and G2 with an odd activation (tanh) the sign flip ``(ω, a) -> (−ω, −a)`` is quotiented
+as in :func:`hmoe_estim.voronoi_loss`: a fitted channel held as the signed atom ``(−ω, −a)``
+contributes the expert of ``−a``.
 """
 
 import numpy as np
@@ -61,6 +65,7 @@ def expert_error(
     n_ref=DEFAULT_N_REF,
     random_state=0,
     token_matching="auto",
+    sign_symmetry="auto",
 ):
     """Worst (or per-expert) sup-norm error of the experts, paper eq. (7).
 
@@ -97,6 +102,9 @@ def expert_error(
     random_state : int, default=0
     token_matching : {"auto", "enumerate", "hungarian"}, default="auto"
         See :func:`hmoe_estim.voronoi_loss`.
+    sign_symmetry : {"auto", True, False}, default="auto"
+        Quotient the channel sign flip (see :func:`hmoe_estim.voronoi_cells`): an atom held
+        with sign ``s`` is compared through its expert ``s a``.
 
     Returns
     -------
@@ -134,7 +142,8 @@ def expert_error(
     reading = resolve_expert(gate, expert)
     check_measure_pair(measure, true_measure, same_tokens=True)
     X = reference_sample(measure.n_features, X_ref, n_ref=n_ref, random_state=random_state)
-    cells = voronoi_cells(measure, true_measure, gate=gate, activation=activation, X_ref=X)
+    cells = voronoi_cells(measure, true_measure, gate=gate, activation=activation, X_ref=X,
+                          sign_symmetry=sign_symmetry)
     details = _voronoi_details(measure, true_measure, cells, None, token_matching)
     Hs, N, Ks, _ = true_measure.shape
     M_true = true_measure.normalized().M
@@ -144,22 +153,23 @@ def expert_error(
             members = cells.members[h][k]
             a_true = true_measure.a[h, :, k]
             if members:
-                atoms = [(m, details.token_permutations[m]) for m in members]
+                atoms = [(m, details.token_permutations[m], cells.signs[m]) for m in members]
             else:
                 dist = cells.distances[:, :, h, k]
                 hp, kp = np.unravel_index(np.argmin(dist), dist.shape)
+                sign = cells.pair_signs[hp, kp, h, k]
                 cost_M, cost_a = token_cost_tables(
-                    measure.M[hp], measure.a[hp, :, kp], M_true[h], a_true, 1
+                    measure.M[hp], sign * measure.a[hp, :, kp], M_true[h], a_true, 1
                 )
                 perm, _ = match_tokens(cost_M, cost_a, method=token_matching)
-                atoms = [((int(hp), int(kp)), perm)]
+                atoms = [((int(hp), int(kp)), perm, sign)]
             errs = np.array(
                 [
-                    _atom_errors(X, measure.a[hp, perm, kp], a_true, reading, activation)
-                    for (hp, kp), perm in atoms
+                    _atom_errors(X, sign * measure.a[hp, perm, kp], a_true, reading, activation)
+                    for (hp, kp), perm, sign in atoms
                 ]
             )  # (n_atoms, N)
-            w = np.array([measure.omega[m] for m, _ in atoms])
+            w = np.array([abs(measure.omega[m]) for m, _, _ in atoms])
             if weighting == "heaviest" or len(atoms) == 1:
                 errors[h, :, k] = errs[int(np.argmax(w))]
             elif weighting == "max":

@@ -14,6 +14,14 @@ For a fitted measure ``G`` (channels ``(h', k')``) and the true ``G*`` (channels
    ``+ Σ_{h,k} Σ_{V[h,k]} ω[h',k'] Σ_i (‖ΔM_i‖_F^e + ‖Δa_i‖^e)`` with ``e = r`` for ``L_{1,r}``
    (paper, any integer ``r >= 1``) and, for ``L_2`` [reconstructed], ``e = 1`` in cells holding
    exactly one fitted channel and ``e = 2`` in cells holding more.
+4. **Sign symmetry of an odd φ.** For ``gate="value"`` (G2) and ``gate="sdpa"`` (G1) with an
+   odd activation (``tanh``), the channel ``(ω, a)`` computes the same as ``(−ω, −a)``. The
+   metrics quotient it: a fitted channel may sit in a cell as the *signed atom* ``(s ω, s a)``,
+   ``s = ±1``, chosen by the smaller of ``‖f_G^{h',k'} − f_{G*}^{h,k}‖`` and
+   ``‖f_G^{h',k'} + f_{G*}^{h,k}‖``; the cell sums use the signed weights ``s ω`` and the atom
+   terms ``|ω| Σ_i (‖ΔM_i‖^e + ‖s a_i − a*_i‖^e)``. So every point ``(ω* + c, a*) + (c, −a*)``
+   of the continuum of an over-specified tanh fit has loss 0 (see
+   :mod:`hmoe_estim.identifiability`). Other activations and gates: ``s = 1``.
 """
 
 import numbers
@@ -33,7 +41,35 @@ from ._branches import (
     token_cost_tables,
 )
 
-__all__ = ["voronoi_cells", "voronoi_loss", "VoronoiCells", "VoronoiDetails"]
+__all__ = [
+    "ODD_ACTIVATIONS", "VoronoiCells", "VoronoiDetails", "sign_symmetric", "voronoi_cells",
+    "voronoi_loss",
+]
+
+#: Activations with ``φ(−z) = −φ(z)``: their G1 and G2 channels have the sign symmetry.
+ODD_ACTIVATIONS = ("tanh",)
+
+
+def sign_symmetric(gate, activation, sign_symmetry="auto"):
+    """Whether the metrics quotient the channel sign flip ``(ω, a) -> (−ω, −a)``.
+
+    ``"auto"``: for the gates ``"value"`` (G2) and ``"sdpa"`` (G1) with an odd activation
+    (:data:`ODD_ACTIVATIONS`), where the flip leaves the regression function unchanged
+    (``ω φ(u) = (−ω) φ(−u)``). ``True`` / ``False`` force it on / off.
+
+    Raises
+    ------
+    ValueError
+        ``sign_symmetry`` not ``"auto"``, ``True`` or ``False``.
+    """
+    if isinstance(sign_symmetry, str) and sign_symmetry == "auto":
+        return gate in ("value", "sdpa") and activation in ODD_ACTIVATIONS
+    if isinstance(sign_symmetry, (bool, np.bool_)):
+        return bool(sign_symmetry)
+    raise ValueError(
+        f"sign_symmetry must be 'auto', True or False; got {sign_symmetry!r}. 'auto' quotients "
+        "the sign flip (ω, a) -> (−ω, −a) for G1/G2 with an odd activation (tanh)."
+    )
 
 
 @dataclass
@@ -51,11 +87,19 @@ class VoronoiCells:
         ``|V[h, k]|``.
     distances : ndarray of shape (H, K, H*, K*)
         ``‖f_G^{h',k'} − f_{G*}^{h,k}‖_{L2}`` estimated on the reference sample.
+        With the sign symmetry, the smaller of ``‖f_G^{h',k'} ∓ f_{G*}^{h,k}‖``.
     expert : str
         The expert reading of the branch functions, ``"linear"`` (``a·x``) or
         ``"activated"`` (``φ(a·x)``).
     n_ref : int
         Size of the reference sample.
+    pair_signs : ndarray of shape (H, K, H*, K*), int
+        ``+1``, or ``−1`` when fitted ``(h', k')`` is nearer to true ``(h, k)`` as the signed
+        atom ``(−ω, −a)`` (only with the sign symmetry; ties go to ``+1``).
+    signs : ndarray of shape (H, K), int
+        ``pair_signs`` at the cell that holds each fitted channel.
+    sign_symmetric : bool
+        Whether the sign symmetry was quotiented.
     """
 
     assignment: np.ndarray
@@ -64,6 +108,16 @@ class VoronoiCells:
     distances: np.ndarray
     expert: str
     n_ref: int
+    pair_signs: np.ndarray = None
+    signs: np.ndarray = None
+    sign_symmetric: bool = False
+
+    def __post_init__(self):
+        H, K = self.distances.shape[:2]
+        if self.pair_signs is None:
+            self.pair_signs = np.ones(self.distances.shape, dtype=np.intp)
+        if self.signs is None:
+            self.signs = np.ones((H, K), dtype=np.intp)
 
     def __getitem__(self, key):
         """``cells[h, k]`` = list of fitted channels in ``V[h, k]``."""
@@ -80,7 +134,8 @@ class VoronoiDetails:
     loss : float
         ``weight_part + exact_part + over_part``.
     weight_part : float
-        ``Σ_{h,k} |Σ_{V[h,k]} ω[h',k'] − ω*[h,k]|`` (empty cells contribute ``|0 − ω*|``).
+        ``Σ_{h,k} |Σ_{V[h,k]} s ω[h',k'] − ω*[h,k]|`` (empty cells contribute ``|0 − ω*|``;
+        ``s = ±1`` is the sign of the atom, 1 without the sign symmetry).
     exact_part : float
         Parameter term summed over cells holding exactly one fitted channel.
     over_part : float
@@ -89,11 +144,12 @@ class VoronoiDetails:
         ``r`` of ``L_{1,r}``; ``None`` for ``L_2``.
     cells : VoronoiCells
     cell_weights : ndarray of shape (H*, K*)
-        ``Σ_{V[h,k]} ω[h',k']``.
+        ``Σ_{V[h,k]} s ω[h',k']`` (signed weights).
     cell_exponents : ndarray of shape (H*, K*), int
         Exponent ``e`` used in each cell (0 for an empty cell).
     atom_terms : ndarray of shape (H, K)
-        ``ω[h',k'] Σ_i (‖ΔM_i‖^e + ‖Δa_i‖^e)`` of each fitted channel.
+        ``|ω[h',k']| Σ_i (‖ΔM_i‖^e + ‖Δa_i‖^e)`` of each fitted channel (``Δa_i`` of the
+        signed atom ``s a``).
     atom_distances : ndarray of shape (H, K)
         ``Σ_i (‖ΔM_i‖^e + ‖Δa_i‖^e)`` of each fitted channel (without its weight).
     token_permutations : ndarray of shape (H, K, N), int
@@ -146,6 +202,7 @@ def voronoi_cells(
     n_ref=DEFAULT_N_REF,
     random_state=0,
     expert="auto",
+    sign_symmetry="auto",
 ):
     """Assign each fitted channel ``(h', k')`` to the Voronoi cell of a true channel ``(h, k)``.
 
@@ -172,11 +229,17 @@ def voronoi_cells(
     expert : {"auto", "linear", "activated"}, default="auto"
         Expert inside the branch: ``"auto"`` is the function the token gate mixes — ``a·x``
         for ``"none"``, ``"sdpa"``, ``"output"`` and ``φ(a·x)`` for ``"value"``.
+    sign_symmetry : {"auto", True, False}, default="auto"
+        Quotient the channel sign flip ``(ω, a) -> (−ω, −a)``: the distance of a fitted
+        branch to a true one is ``min(‖B − B*‖, ‖B + B*‖)`` and the sign that attains it is
+        kept (``.pair_signs``, ``.signs``). ``"auto"``: for G1/G2 with an odd activation
+        (tanh), where the flip is an exact symmetry (``voronoi.sign_symmetric``).
 
     Returns
     -------
     VoronoiCells
-        ``.assignment`` (H, K, 2), ``.members[h][k]``, ``.sizes`` (H*, K*), ``.distances``.
+        ``.assignment`` (H, K, 2), ``.members[h][k]``, ``.sizes`` (H*, K*), ``.distances``,
+        ``.signs``.
 
     Raises
     ------
@@ -187,26 +250,37 @@ def voronoi_cells(
     check_activation(activation)
     check_measure_pair(measure, true_measure, same_tokens=False)
     reading = resolve_expert(gate, expert)
+    signed = sign_symmetric(gate, activation, sign_symmetry)
     X = reference_sample(measure.n_features, X_ref, n_ref=n_ref, random_state=random_state)
     B = branch_functions(measure, X, activation=activation, gate=gate, expert=reading)
     B_star = branch_functions(true_measure, X, activation=activation, gate=gate, expert=reading)
     dist = branch_distances(B, B_star)
+    pair_signs = np.ones(dist.shape, dtype=np.intp)
+    if signed:  # the branch of the flipped channel (−a) is −B (φ odd, or the linear reading)
+        dist_flip = branch_distances(-B, B_star)
+        pair_signs[dist_flip < dist] = -1
+        dist = np.minimum(dist, dist_flip)
     H, K = measure.omega.shape
     Hs, Ks = true_measure.omega.shape
     flat = np.argmin(dist.reshape(H, K, Hs * Ks), axis=2)
     assignment = np.stack(np.unravel_index(flat, (Hs, Ks)), axis=-1).astype(np.intp)
+    signs = pair_signs[np.arange(H)[:, None], np.arange(K)[None, :],
+                       assignment[..., 0], assignment[..., 1]]
     members = [[[] for _ in range(Ks)] for _ in range(Hs)]
     for hp in range(H):
         for kp in range(K):
             h, k = assignment[hp, kp]
             members[h][k].append((hp, kp))
     sizes = np.array([[len(members[h][k]) for k in range(Ks)] for h in range(Hs)], dtype=np.intp)
-    return VoronoiCells(assignment, members, sizes, dist, reading, X.shape[0])
+    return VoronoiCells(assignment, members, sizes, dist, reading, X.shape[0],
+                        pair_signs=pair_signs, signs=signs, sign_symmetric=signed)
 
 
-def _match_atom(measure, M_true_normalized, true_measure, hp, kp, h, k, exponent, method):
+def _match_atom(measure, M_true_normalized, true_measure, hp, kp, h, k, exponent, method,
+                sign=1):
     cost_M, cost_a = token_cost_tables(
-        measure.M[hp], measure.a[hp, :, kp], M_true_normalized[h], true_measure.a[h, :, k], exponent
+        measure.M[hp], sign * measure.a[hp, :, kp], M_true_normalized[h], true_measure.a[h, :, k],
+        exponent,
     )
     return match_tokens(cost_M, cost_a, method=method)
 
@@ -233,19 +307,20 @@ def _voronoi_details(measure, true_measure, cells, r, token_matching):
             e = r if r is not None else (1 if size == 1 else 2)
             exponents[h, k] = e
             for hp, kp in members:
+                sign = int(cells.signs[hp, kp])  # signed atom (s ω, s a); s = 1 unless odd φ
                 perm, cost = _match_atom(
-                    measure, M_true, true_measure, hp, kp, h, k, e, token_matching
+                    measure, M_true, true_measure, hp, kp, h, k, e, token_matching, sign
                 )
                 perms[hp, kp] = perm
                 atom_dist[hp, kp] = cost
-                atom_terms[hp, kp] = omega[hp, kp] * cost
-                cell_weights[h, k] += omega[hp, kp]
+                atom_terms[hp, kp] = abs(omega[hp, kp]) * cost
+                cell_weights[h, k] += sign * omega[hp, kp]
                 if size == 1:
                     exact += atom_terms[hp, kp]
                 else:
                     over += atom_terms[hp, kp]
             if size > 1:
-                w = np.array([omega[m] for m in members])
+                w = np.array([abs(omega[m]) for m in members])
                 heaviest = int(np.argmax(w))
                 for j, m in enumerate(members):
                     if j != heaviest:
@@ -282,6 +357,7 @@ def voronoi_loss(
     random_state=0,
     expert="auto",
     token_matching="auto",
+    sign_symmetry="auto",
 ):
     """Voronoi loss ``L_{1,r}(G, G*)`` or ``L_2(G, G*)`` between a fitted and the true measure.
 
@@ -297,7 +373,10 @@ def voronoi_loss(
     ``ΔM_i = (M[h',π(i)] − M[h',π(N-1)]) − (M*[h,i] − M*[h,N-1])`` and
     ``Δa_i = a[h',π(i),k'] − a*[h,i,k]``: the loss is invariant to relabelling heads, channels
     and tokens and to the softmax translation gauge of either measure, and is exactly 0 at
-    ``G = G*``.
+    ``G = G*``. For G1 and G2 with an odd activation (tanh) it also quotients the channel sign
+    flip ``(ω, a) -> (−ω, −a)``: a fitted channel enters its cell as the signed atom
+    ``(s ω, s a)``, the cell sum is ``Σ s ω`` and the atom term ``|ω| Σ_i (‖ΔM_i‖^e +
+    ‖s a_i − a*_i‖^e)``, so the loss is 0 on the whole continuum ``(ω* + c, a*) + (c, −a*)``.
 
     Parameters
     ----------
@@ -325,6 +404,9 @@ def voronoi_loss(
         token matched to the true last token (which fixes the gauge and makes the cost
         separable) and solves the rest with :func:`scipy.optimize.linear_sum_assignment`. Both
         are exact; ``"auto"`` enumerates for ``N <= 6``.
+    sign_symmetry : {"auto", True, False}, default="auto"
+        Quotient the channel sign flip (see :func:`voronoi_cells`); ``"auto"`` does so for
+        G1/G2 with tanh and nowhere else, so sigmoid, GELU and SiLU losses are unchanged.
 
     Returns
     -------
@@ -362,6 +444,7 @@ def voronoi_loss(
         n_ref=n_ref,
         random_state=random_state,
         expert=expert,
+        sign_symmetry=sign_symmetry,
     )
     details = _voronoi_details(measure, true_measure, cells, r, token_matching)
     return details if return_details else float(details.loss)

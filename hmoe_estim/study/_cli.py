@@ -251,6 +251,9 @@ def _dispatch(args):
             records = certified_records(records)[0]
             title += " (certified fits only)"
         rates = rates_from_records(records, random_state=config.seed)
+        from ..metrics._identifiability import annotate_rates
+
+        annotate_rates(rates, config)
         path = args.output or os.path.join(args.out, "learning_curves.png")
         plot_learning_curves(records, path, rates=rates, labels=labels, title=title)
         print(f"learning curves drawn in {path}")

@@ -77,7 +77,9 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
         ``{model: {metric: {...}, "certificate": {...}}}`` as written (see
         :func:`hmoe_estim.study.fit_rates`); ``certificate`` holds the model's fits, the fits
         checked, the certified failures, their rate, whether the rates use certified fits only
-        and how many fits that dropped.
+        and how many fits that dropped; ``identifiability`` holds the model's verdict and each
+        parameter metric a ``"reading"`` of its slope
+        (:func:`hmoe_estim.metrics.annotate_rates`).
     """
     from ._certificate import certificate_summary, certified_records
     from ._rates import RATE_METRICS, rates_from_records
@@ -97,5 +99,9 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
         entry = rates.setdefault(model, {})
         entry["certificate"] = {**cert, "certified_only": bool(certified_only),
                                 "dropped": dropped.get(model, 0)}
+    # the identifiability verdict of each model next to its slopes
+    from ..metrics._identifiability import annotate_rates
+
+    annotate_rates(rates, config)
     _write_json_atomic(os.path.join(out, RATES_FILE), rates)
     return rates

@@ -12,6 +12,7 @@ used, so no display is needed.
 """
 
 import math
+import textwrap
 
 import numpy as np
 
@@ -112,6 +113,8 @@ def plot_learning_curves(records, path, *, rates=None, metrics=PLOT_METRICS, lab
             if fit and "slope" in fit:
                 lo_b, hi_b = fit["slope_ci"]
                 name = f"{name}: b = {fit['slope']:+.2f} [{lo_b:+.2f}, {hi_b:+.2f}]"
+                if fit.get("reading", "rate") != "rate":  # identifiability verdict
+                    name += "".join("\n  " + ln for ln in textwrap.wrap(fit["reading"], 56))
                 ng = np.geomspace(grid.min(), grid.max(), 50)
                 ax.plot(ng, fit["c"] * ng ** fit["slope"], "--", color=color, lw=1.2)
             ax.errorbar(grid * jitter, mean, yerr=[mean - np.minimum(lo, mean),

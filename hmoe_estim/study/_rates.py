@@ -383,5 +383,8 @@ def format_rates_table(rates, *, labels=None):
                 f"{'[' + _fmt(llo, '.2f') + ', ' + _fmt(lhi, '.2f') + ']':>17} "
                 f"{r['better_law'] or '-':>6} {r['eps']:>9.2e} "
                 f"{_fmt(ln['power'], '.1f') + ' / ' + _fmt(ln['log'], '.3g'):>21}"
+                + ("" if r.get("reading", "rate") == "rate" else f"  <- {r['reading']}")
             )
+        if "identifiability" in per:  # hmoe_estim.identifiability.annotate_rates
+            lines.append(f"{name:<12} identifiability: {per['identifiability']['label']}")
     return "\n".join(lines)
