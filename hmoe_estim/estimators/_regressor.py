@@ -19,6 +19,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._names import GATE_LABELS, check_activation, check_gate
 from .._validation import check_count, check_positive
+from . import _guards
 from ..model._starts import check_init_measure, random_start
 from ..model._measure import MixingMeasure
 from ..solvers._multistart import run_starts
@@ -159,6 +160,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             return []
         if isinstance(init, MixingMeasure):
             init = [init]
+        if not isinstance(init, (list, tuple)):
+            raise ValueError(
+                "init must be 'random', a MixingMeasure or a list of them; got "
+                f"{type(init).__name__} {init!r}."
+            )
         return [check_init_measure(m, shape) for m in init]
 
     # -- fitting -------------------------------------------------------------------------
@@ -190,6 +196,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             The best start reached ``max_iter`` (or stopped abnormally).
         """
         H, N, K = self._validate_hyperparameters()
+        _guards.check_target(y)
         X, y = validate_data(
             self, X, y, y_numeric=True, ensure_min_samples=2, dtype=np.float64
         )
@@ -197,6 +204,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         shape = (H, N, K, D)
         init_measures = self._init_measures(shape)
         P = n_params(*shape)
+        _guards.check_fit_size(shape, n, self.gate, n_threads=_n_threads())
         if n < P:
             warnings.warn(
                 f"{n} samples for {P} free parameters: the least-squares fit is "
@@ -206,9 +214,14 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             )
         rng = check_random_state(self.random_state)
         lower, upper = make_bounds(shape, omega_max=self.omega_max, param_bound=self.param_bound)
+        # fit y / s_y on X / s_x, the box mapped alike: tolerances free of the data's units
+        s_y, s_x = _guards.target_scale(y, self.gate), _guards.input_scale(X)
+        v = _guards.theta_factors(shape, s_y, s_x)
+        y_raw, X, y = y, X / s_x, y / s_y
+        lower, upper = lower * v, upper * v
         x_rms = float(np.sqrt(np.mean(X**2)))
         y_scale = float(np.std(y)) if np.std(y) > 0 else float(np.mean(np.abs(y))) + 1e-3
-        starts = [np.clip(pack(m), lower, upper) for m in init_measures[: self.n_starts]]
+        starts = [np.clip(pack(m) * v, lower, upper) for m in init_measures[: self.n_starts]]
         while len(starts) < self.n_starts:
             m = random_start(
                 shape, rng, x_rms=x_rms, y_scale=y_scale,
@@ -233,6 +246,14 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 "Every start ended with a non-finite objective: the inputs are too large for "
                 "the model (|x|² · |M| overflows). Rescale X, e.g. with StandardScaler."
             )
+        with np.errstate(over="ignore"):
+            objectives = objectives * (s_y * s_y)
+        if not np.any(np.isfinite(objectives)):
+            raise ValueError(
+                f"The target y is too large (root mean square {s_y:.3g}): its squared residuals "
+                "overflow float64. Rescale y to moderate values (e.g. divide it by its standard "
+                "deviation)."
+            )
         best = int(np.argmin(objectives))
         if self.verbose:
             for j, r in enumerate(results):
@@ -242,9 +263,16 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                     f"iterations={r.n_iter} converged={r.converged}"
                 )
         res = results[best]
-        self.theta_ = res.theta
-        self.measure_ = unpack(res.theta, shape)
-        self.objective_ = float(res.objective)
+        with np.errstate(over="ignore"):
+            theta = res.theta / v
+        if not np.all(np.isfinite(theta)):
+            raise ValueError(
+                f"The fitted parameters overflow when mapped back to the units of y (root mean "
+                f"square {s_y:.3g}) and X ({s_x:.3g}); rescale y and X to moderate values."
+            )
+        self.theta_ = theta
+        self.measure_ = unpack(theta, shape)
+        self.objective_ = float(objectives[best])
         self.start_objectives_ = objectives
         self.start_n_iter_ = np.array([r.n_iter for r in results])
         self.start_converged_ = np.array([r.converged for r in results])
@@ -259,6 +287,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
+        _guards.warn_if_at_bound(self.measure_, self.omega_max, self.param_bound, X * s_x, y_raw)
         return self
 
     def predict(self, X):
@@ -284,6 +313,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         # scikit-learn's generic regression check. That is the model, not a fitting failure.
         tags.regressor_tags.poor_score = self.gate != "none"
         return tags
+
+
+def _n_threads():
+    import numba
+
+    return numba.get_num_threads()
 
 
 class _PresetRegressor(HMoERegressor):
