@@ -1,7 +1,6 @@
 """Checks and scalings of :meth:`HMoERegressor.fit` that keep a fit from going silently wrong.
 
-- :func:`check_target` — ``y`` must be numeric: ``None``, strings and complex numbers are
-  refused with a message about ``y`` (before scikit-learn's generic checks).
+- :func:`check_target` — ``y`` must be numeric: ``None`` and strings are refused with a message about ``y`` (before scikit-learn's generic checks).
 - :func:`check_fit_size` — the memory a fit would need (parameters, L-BFGS-B's workspace and
   the kernels' per-thread temporaries) is estimated from the shape *before* anything is
   allocated; a request above :data:`MAX_FIT_BYTES` is refused, saying what it would need.
@@ -41,20 +40,17 @@ scaled_gates = ("none", "value", "sdpa")
 def check_target(y):
     """Refuse a ``y`` that is not numeric, with a message about ``y``.
 
-    Only object, string and complex arrays are examined; anything else is left to
+    Only object and string arrays are examined (complex ones are refused by scikit-learn); anything else is left to
     :func:`sklearn.utils.validation.validate_data`.
     """
+    if y is None:  # scikit-learn's own message ("requires y to be passed")
+        return
     arr = np.asarray(y) if not hasattr(y, "dtype") else y
     kind = getattr(getattr(arr, "dtype", None), "kind", None)
     if kind in ("U", "S"):
         raise ValueError(
             f"y must be numeric; got strings (dtype {arr.dtype}). Convert it with "
             "np.asarray(y, dtype=float) or encode the target as numbers."
-        )
-    if kind == "c":
-        raise ValueError(
-            "y must be real; got complex values. Fit the real part (or the modulus) "
-            "explicitly: the imaginary part would be dropped."
         )
     if kind == "O":
         flat = np.ravel(np.asarray(arr, dtype=object))
