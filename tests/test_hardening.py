@@ -522,7 +522,8 @@ def test_large_target_scale_warns_or_fits(value_data, c):
     assert abs(r2(fit_value(X, c * y, omega_max=10 * c), X, c * y) - base) < 0.01
 
 
-def test_offset_target_warns_about_the_intercept(value_data):
-    X, y = value_data
+@pytest.mark.parametrize("gate", ["value", "none"])
+def test_offset_target_warns_about_the_intercept(gate):
+    X, y = make_hmoe_regression(300, n_features=2, gate=gate, random_state=0)
     with pytest.warns(UserWarning, match=r"offset dominates.*fit_intercept=True"):
-        fit_value(X, y + 1e8)
+        fit_value(X, y + 1e8, gate=gate)

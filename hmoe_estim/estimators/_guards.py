@@ -166,29 +166,45 @@ def _rms(values):
     return big * math.sqrt(float(np.mean((values / big) ** 2))) if big > 0 else 0.0
 
 
-def warn_if_at_bound(measure, omega_max, param_bound, X, y, stacklevel=3):
-    """Warn when the box of (A.1) limits the fit: a weight at ``omega_max`` or an expert entry
-    ``a`` at ``±param_bound``.
+def warn_if_at_bound(measure, omega_max, param_bound, X, y, gate, objective, stacklevel=3):
+    """Warn when the box of (A.1) limits the fit: a weight at ``omega_max``, or an expert
+    entry ``a`` at ``±param_bound`` while ``X`` is far from unit scale.
+
+    Under MHA (eq. (2)) ``omega[h, k]`` and ``a[h, :, k]`` trade off (only their product
+    matters), so a weight at its bound counts only when its channel's ``a`` is at its bound
+    too. An ``a`` at the bound with inputs of moderate scale is not reported: in an
+    over-specified fit the extra atoms may wander to the box without limiting the fit.
+    A target whose offset dominates its spread and that the fit explains worse than its mean
+    (training R² < 0; no model of eq. (2) has a constant term) is reported too.
 
     The message gives the target's mean and spread (or the inputs' scale) and the fix; a target
     whose mean dominates its spread gets the hint to fit an intercept (``fit_intercept=True``)
     or to centre ``y``.
     """
-    omega_hit = bool(np.any(measure.omega >= omega_max * (1.0 - 1e-6)))
-    a_hit = bool(np.any(np.abs(measure.a) >= param_bound * (1.0 - 1e-6)))
-    if not (omega_hit or a_hit):
-        return
+    at_omega = measure.omega >= omega_max * (1.0 - 1e-6)  # (H, K)
+    at_a = np.abs(measure.a) >= param_bound * (1.0 - 1e-6)  # (H, N, K, D)
+    if gate == "none":
+        at_omega = at_omega & at_a.any(axis=(1, 3))
+    omega_hit = bool(np.any(at_omega))
+    a_hit = bool(np.any(at_a)) and not _SCALE_LOW <= _rms(X) <= _SCALE_HIGH
     big = float(np.max(np.abs(y))) if y.size else 0.0
     mean = big * float(np.mean(y / big)) if big > 0 else 0.0
     spread = big * float(np.std(y / big)) if big > 0 else 0.0
-    what = (f"channel weights omega reach omega_max = {omega_max:g}" if omega_hit else
-            f"expert entries a reach param_bound = {param_bound:g}")
+    offset = abs(mean) > 10.0 * spread
+    if not (omega_hit or a_hit or (offset and objective > spread * spread)):
+        return
+    if omega_hit or a_hit:
+        what = (f"channel weights omega reach omega_max = {omega_max:g}" if omega_hit else
+                f"expert entries a reach param_bound = {param_bound:g}")
+        what += ": the fit is limited by the box of (A.1), not by the data"
+    else:
+        what = ("the fit explains less than the target's mean (training R² < 0): the HMoE "
+                "regression function has no constant term")
     msg = (
-        f"{what}: the fit is limited by the box of (A.1), not by the data (the target has mean "
-        f"{mean:.3g} and standard deviation {spread:.3g}; the inputs X have root mean square "
-        f"{_rms(X):.3g}). "
+        f"{what} (the target has mean {mean:.3g} and standard deviation {spread:.3g}; the "
+        f"inputs X have root mean square {_rms(X):.3g}). "
     )
-    if abs(mean) > 10.0 * spread:
+    if offset:
         msg += ("The target's offset dominates: centre y or fit an intercept "
                 "(fit_intercept=True), or raise omega_max.")
     elif omega_hit:

@@ -185,13 +185,18 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            Invalid hyper-parameters, NaN/inf, mismatched lengths, fewer than 2 samples,
-            or an ``init`` measure of the wrong shape.
+            Invalid hyper-parameters, NaN/inf/None/strings, mismatched lengths, fewer than 2
+            samples, an ``init`` that is not a (list of) measure(s) of the right shape, a model
+            whose fit would need more than 4 GiB (checked before allocating), or a ``y`` so
+            large that its squared residuals overflow.
 
         Warns
         -----
         UserWarning
-            Fewer samples than free parameters (the fit is under-determined).
+            Fewer samples than free parameters (the fit is under-determined); a fitted weight
+            at ``omega_max`` or expert entry at ``param_bound`` (the box limits the fit; the
+            message names the bound to raise). ``y`` and ``X`` far from unit scale are fitted
+            scaled by powers of two, the box mapped alike (see ``hmoe_estim/estimators/_guards.py``).
         ConvergenceWarning
             The best start reached ``max_iter`` (or stopped abnormally).
         """
@@ -287,7 +292,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
-        _guards.warn_if_at_bound(self.measure_, self.omega_max, self.param_bound, X * s_x, y_raw)
+        _guards.warn_if_at_bound(self.measure_, self.omega_max, self.param_bound, X * s_x,
+                                 y_raw, self.gate, self.objective_)
         return self
 
     def predict(self, X):
