@@ -33,14 +33,14 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from hmoe_estim import (  # noqa: E402
+from hmoe_estim import (
     HMoERegressor,
     MixingMeasure,
     make_hmoe_regression,
     make_voronoi_scorer,
     regression_function,
 )
-from hmoe_estim.attention import multihead_attention  # noqa: E402
+from hmoe_estim.attention import multihead_attention
 
 CLEAR = (ValueError,)
 TIMEOUT = 60
@@ -192,7 +192,8 @@ def estimator_cases():
     case("regression_function(complex X)",
          lambda: regression_function(G, np.ones((2, 2)) * (1 + 2j)))
     case("MixingMeasure(complex omega)",
-         lambda: MixingMeasure([[1 + 1j, 1.0]], np.zeros((1, 3, 2, 2)), np.ones((1, 3, 2, 2))))
+         lambda: MixingMeasure(np.array([[1 + 1j, 1.0]]), np.zeros((1, 3, 2, 2)),
+                               np.ones((1, 3, 2, 2))))
     case("MixingMeasure(M = 1e308 everywhere): finite M",
          lambda: MixingMeasure([[1.0]], np.full((1, 2, 2, 2), 1e308), np.ones((1, 2, 1, 2))),
          check=lambda G, w: bool(np.all(np.isfinite(G.M))), expect_error=False)

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import warnings
@@ -165,21 +164,21 @@ def test_config_is_written_only_under_the_lock(tmp_path):
 
 
 def test_two_configs_started_at_once_never_mix(tmp_path):
+    def start(j, out, configs, barrier, outcome):
+        barrier.wait()
+        try:
+            run(configs[j], out, max_fits=0)
+            outcome[j] = "ok"
+        except StudyError as exc:
+            outcome[j] = str(exc)
+
     for trial in range(4):
         out = tmp_path / f"out{trial}"
         configs = [small(seed=10 + trial), small(seed=20 + trial)]
         barrier = threading.Barrier(2)
         outcome = [None, None]
-
-        def start(j):
-            barrier.wait()
-            try:
-                run(configs[j], out, max_fits=0)
-                outcome[j] = "ok"
-            except StudyError as exc:
-                outcome[j] = str(exc)
-
-        threads = [threading.Thread(target=start, args=(j,)) for j in range(2)]
+        threads = [threading.Thread(target=start, args=(j, out, configs, barrier, outcome))
+                   for j in range(2)]
         for t in threads:
             t.start()
         for t in threads:
@@ -476,7 +475,7 @@ def test_complex_x_in_regression_function():
 
 def test_complex_omega_in_measure():
     with pytest.raises(ValueError, match="omega must be real"):
-        MixingMeasure([[1 + 1j, 1.0]], np.zeros((1, 3, 2, 2)), np.ones((1, 3, 2, 2)))
+        MixingMeasure(np.array([[1 + 1j, 1.0]]), np.zeros((1, 3, 2, 2)), np.ones((1, 3, 2, 2)))
 
 
 def test_symmetrising_huge_entries_stays_finite():

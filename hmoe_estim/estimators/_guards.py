@@ -24,8 +24,8 @@ import warnings
 
 import numpy as np
 
-__all__ = ["MAX_FIT_BYTES", "check_target", "fit_memory_bytes", "check_fit_size",
-           "target_scale", "input_scale", "theta_factors", "scaled_gates", "warn_if_at_bound"]
+__all__ = ["MAX_FIT_BYTES", "check_fit_size", "check_target", "fit_memory_bytes", "input_scale",
+           "scaled_gates", "target_scale", "theta_factors", "warn_if_at_bound"]
 
 #: Largest estimated working memory of one fit (bytes). Above it ``fit`` refuses to start.
 MAX_FIT_BYTES = 4 * 2**30
@@ -130,7 +130,7 @@ def _pow2_scale(values):
     rms = big * math.sqrt(float(np.mean((values / big) ** 2)))
     if _SCALE_LOW <= rms <= _SCALE_HIGH:
         return 1.0
-    return math.ldexp(1.0, int(round(math.log2(rms))))
+    return math.ldexp(1.0, round(math.log2(rms)))
 
 
 def target_scale(y, gate):

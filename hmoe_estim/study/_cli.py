@@ -219,7 +219,7 @@ def _plot_path(out, output):
             f"--output {output!r}: the folder {parent!r} does not exist; create it or give an "
             "existing folder."
         )
-    root, ext = os.path.splitext(output)
+    ext = os.path.splitext(output)[1]
     if not ext:
         return output + ".png"
     if ext.lower() not in (".png", ".pdf", ".svg"):
