@@ -232,7 +232,7 @@ def load_study(out, *, repair=False, stream=None):
         ``OUT`` missing, a file, or without ``config.json``.
     ResultsError
         A corrupt complete line in ``results.jsonl``, or a record that is not a fit of the
-        stored config (see :func:`check_records`); the message gives the line number.
+        stored config (``check_records``); the message gives the line number.
     """
     stream = sys.stderr if stream is None else stream
     out = _check_out_path(out)
