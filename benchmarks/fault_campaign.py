@@ -21,6 +21,7 @@ Run from the repository root::
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,13 +99,15 @@ def case(name, fn, *, expect_error=True, check=None):
 
 
 def cli(name, argv, *, cwd, expect=2, check=None):
+    """Run the command line; classify; return its stderr."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     try:
         p = subprocess.run([sys.executable, "-m", "hmoe_estim", *map(str, argv)], cwd=cwd,
                            env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT)
     except subprocess.TimeoutExpired:
-        outcome = "hang"
+        outcome, stderr = "hang", ""
     else:
+        stderr = p.stderr
         errors = [ln for ln in p.stderr.splitlines() if ln.startswith("hmoe-estim: error:")]
         if "Traceback" in p.stderr:
             outcome = "traceback"
@@ -116,6 +119,7 @@ def cli(name, argv, *, cwd, expect=2, check=None):
             outcome = "silent"
     results.append((name, outcome))
     print(f"{outcome:24s} {name}", flush=True)
+    return stderr
 
 
 def estimator_cases():
@@ -255,15 +259,16 @@ def study_cases(tmp):
     cli("n = 1e10 on the grid", ["study", cfg, "--out", "o6", "--max-fits", "0"], cwd=tmp)
     cli("--max-fits -1", ["study", small, "--out", "o7", "--max-fits", "-1"], cwd=tmp)
     cli("--n-jobs 0", ["study", small, "--out", "o8", "--n-jobs", "0"], cwd=tmp)
-    cfg = write("esc.toml", SMALL_TOML.replace('name = "small"', 'name = "../../escape"'))
+    cfg = write("esc.toml", SMALL_TOML.replace('name = "small"', 'name = "x/../../../escape"'))
     sub = os.path.join(tmp, "a", "b")
     os.makedirs(sub)
-    cli("name = '../../escape' stays in the working directory",
+    cli("name = 'x/../../../escape' stays in the working directory",
         ["study", cfg, "--max-fits", "0", "--n-jobs", "1", "--no-progress"], cwd=sub, expect=0,
         check=lambda p: not os.path.exists(os.path.join(tmp, "escape")))
     other = write("other.toml", SMALL_TOML.replace("seed = 3", "seed = 4"))
-    cli("another config into a used OUT", ["study", other, "--out", done], cwd=tmp)
-    cli("the refusal's hint resumes", ["study", os.path.join(done, "config.json"), "--out", done,
+    err = cli("another config into a used OUT", ["study", other, "--out", done], cwd=tmp)
+    hint = re.search(r"`hmoe-estim (study [^`]+)`", err)
+    cli("the refusal's hint resumes", [*(hint.group(1).split() if hint else ["study", "?"]),
                                        "--n-jobs", "1", "--no-plot", "--no-progress"],
         cwd=tmp, expect=0, check=lambda p: "0 fits run, 4 already done" in p.stderr)
     cli("study OUT/config.json resumes OUT", ["study", os.path.join(done, "config.json"),

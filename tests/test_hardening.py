@@ -249,7 +249,7 @@ def test_name_cannot_steer_the_default_out_outside(tmp_path, monkeypatch, capsys
     work = tmp_path / "a" / "b"
     work.mkdir(parents=True)
     cfg = work / "s.toml"
-    cfg.write_text(SMALL_TOML.replace('name = "small"', 'name = "../../escape"'))
+    cfg.write_text(SMALL_TOML.replace('name = "small"', 'name = "x/../../../escape"'))
     monkeypatch.chdir(work)
     code, _, _ = run_cli(["study", cfg, "--max-fits", "0", "--n-jobs", "1", "--no-progress"],
                          capsys)
