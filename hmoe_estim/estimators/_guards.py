@@ -81,9 +81,10 @@ def fit_memory_bytes(shape, n_samples, gate, n_threads=1):
     """Estimated peak memory (bytes) of one fit of ``shape = (H, N, K, D)``.
 
     ``P`` parameters cost about 600 bytes each (theta, gradient, bounds as Python tuples and
-    arrays, L-BFGS-B's workspace of ``(2m + 5) P`` doubles with ``m = 10``, one partial sum per
-    chunk of samples); every kernel thread holds rows × 256 doubles of temporaries, with
-    ``3 H N K`` rows for the value gate, ``H N K`` for the SDPA gate and ``H N`` otherwise
+    arrays, L-BFGS-B's workspace of ``(2m + 5) P`` doubles with ``m = 10``) plus 8 bytes per
+    chunk of 256 samples (one partial sum each, at most 64); every kernel worker (at most one
+    per chunk) holds rows × 256 doubles of temporaries, with
+    ``4 H N K`` rows for the value gate, ``H N K`` for the SDPA gate and ``H N`` otherwise
     (``hmoe_estim/kernels/objective.py``); the data are ``2 n D`` doubles.
     """
     from ..model._parameters import n_params
@@ -99,7 +100,8 @@ def fit_memory_bytes(shape, n_samples, gate, n_threads=1):
         rows = 2 * H * N
     rows += D + T + 2 * N + K + 16
     n_chunks = max(1, min(64, (int(n_samples) + _BLOCK - 1) // _BLOCK))
-    return 8 * (rows * _BLOCK * max(1, int(n_threads)) + P * (60 + n_chunks)) + 128 * P \
+    workers = max(1, min(int(n_threads), n_chunks))  # the kernels use one per chunk at most
+    return 8 * (rows * _BLOCK * workers + P * (60 + n_chunks)) + 128 * P \
         + 16 * int(n_samples) * D
 
 
