@@ -270,10 +270,12 @@ def study_cases(tmp):
     hint = re.search(r"`hmoe-estim (study [^`]+)`", err)
     cli("the refusal's hint resumes", [*(hint.group(1).split() if hint else ["study", "?"]),
                                        "--n-jobs", "1", "--no-plot", "--no-progress"],
-        cwd=tmp, expect=0, check=lambda p: "0 fits run, 4 already done" in p.stderr)
+        cwd=tmp, expect=0, check=lambda p: "0 fits run, 4 already done" in p.stderr
+        and f"output in {done}" in p.stderr)
     cli("study OUT/config.json resumes OUT", ["study", os.path.join(done, "config.json"),
                                                "--n-jobs", "1", "--no-plot", "--no-progress"],
-        cwd=tmp, expect=0, check=lambda p: "0 fits run, 4 already done" in p.stderr)
+        cwd=tmp, expect=0, check=lambda p: "0 fits run, 4 already done" in p.stderr
+        and f"output in {done}" in p.stderr)
     os.makedirs(os.path.join(tmp, "figs"))
     cli("plot --output DIR", ["plot", done, "--output", "figs"], cwd=tmp, expect=0,
         check=lambda p: os.path.exists(os.path.join(tmp, "figs", "learning_curves.png"))
