@@ -172,7 +172,7 @@ def warn_if_at_bound(measure, omega_max, param_bound, X, y, gate, objective, sta
     """Warn when the box of (A.1) limits the fit: a weight at ``omega_max``, or an expert
     entry ``a`` at ``±param_bound`` while ``X`` is far from unit scale.
 
-    Under MHA (eq. (2)) ``omega[h, k]`` and ``a[h, :, k]`` trade off (only their product
+    Under MHA (eq. (2)) and the output gate ``omega[h, k]`` and ``a[h, :, k]`` trade off (only their product
     matters), so a weight at its bound counts only when its channel's ``a`` is at its bound
     too. An ``a`` at the bound with inputs of moderate scale is not reported: in an
     over-specified fit the extra atoms may wander to the box without limiting the fit.
@@ -185,7 +185,7 @@ def warn_if_at_bound(measure, omega_max, param_bound, X, y, gate, objective, sta
     """
     at_omega = measure.omega >= omega_max * (1.0 - 1e-6)  # (H, K)
     at_a = np.abs(measure.a) >= param_bound * (1.0 - 1e-6)  # (H, N, K, D)
-    if gate == "none":
+    if gate in ("none", "output"):  # omega and a enter as products (inside φ for G5)
         at_omega = at_omega & at_a.any(axis=(1, 3))
     omega_hit = bool(np.any(at_omega))
     a_hit = bool(np.any(at_a)) and not _SCALE_LOW <= _rms(X) <= _SCALE_HIGH
