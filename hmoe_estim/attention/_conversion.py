@@ -123,6 +123,11 @@ def multihead_attention(X, W_Q, W_K, W_V, W_O, *, gate="none", activation="sigmo
     Kmat = np.einsum("...nd,hde->...hne", X, W_K)
     V = np.einsum("...nd,hde->...hne", X, W_V)
     scores = np.einsum("...hne,...hme->...hnm", Q, Kmat) / np.sqrt(d_v)
+    if not np.all(np.isfinite(scores)):
+        raise ValueError(
+            "the attention scores X W_Q W_Kᵀ Xᵀ / sqrt(d_v) overflow float64 (|X| up to "
+            f"{np.max(np.abs(X)):.3g}); rescale X or the weights to moderate values."
+        )
     scores = scores - scores.max(axis=-1, keepdims=True)
     weights = np.exp(scores)
     weights /= weights.sum(axis=-1, keepdims=True)
@@ -134,6 +139,11 @@ def multihead_attention(X, W_Q, W_K, W_V, W_O, *, gate="none", activation="sigmo
     out = np.einsum("...hne,hef->...nf", heads, W_O)
     if gate == "output":
         out = _phi(activation, out)
+    if not np.all(np.isfinite(out)):
+        raise ValueError(
+            f"the attention output overflows float64 (|X| up to {np.max(np.abs(X)):.3g}); "
+            "rescale X or the weights to moderate values."
+        )
     return out
 
 

@@ -30,6 +30,7 @@ from ..model._parameters import make_bounds, n_params, pack, unpack
 from ..model._regression import evaluate
 from ..model._starts import check_init_measure, random_start
 from ..solvers._multistart import run_starts
+from . import _guards
 from ._warnings import PoorFitWarning, diagnose_fit
 
 __all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor", "PoorFitWarning"]
@@ -203,6 +204,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             return []
         if isinstance(init, MixingMeasure):
             init = [init]
+        if not isinstance(init, (list, tuple)):
+            raise ValueError(
+                "init must be 'random', a MixingMeasure or a list of them; got "
+                f"{type(init).__name__} {init!r}."
+            )
         return [check_init_measure(m, shape) for m in init]
 
     # -- fitting -------------------------------------------------------------------------
@@ -223,13 +229,18 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            Invalid hyper-parameters, NaN/inf, mismatched lengths, fewer than 2 samples,
-            or an ``init`` measure of the wrong shape.
+            Invalid hyper-parameters, NaN/inf/None/strings, mismatched lengths, fewer than 2
+            samples, an ``init`` that is not a (list of) measure(s) of the right shape, a model
+            whose fit would need more than 4 GiB (checked before allocating), or a ``y`` so
+            large that its squared residuals overflow.
 
         Warns
         -----
         UserWarning
-            Fewer samples than free parameters (the fit is under-determined).
+            Fewer samples than free parameters (the fit is under-determined); a fitted weight
+            at ``omega_max`` or expert entry at ``param_bound`` (the box limits the fit; the
+            message names the bound to raise). ``y`` and ``X`` far from unit scale are fitted
+            scaled by powers of two, the box mapped alike (``estimators/_guards.py``).
         PoorFitWarning
             Training R² below 0 (the message names the cause and the option that helps), or a
             constant target.
@@ -237,6 +248,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             The best start reached ``max_iter`` (or stopped abnormally).
         """
         H, N, K = self._validate_hyperparameters()
+        _guards.check_target(y)
         X, y = validate_data(
             self, X, y, y_numeric=True, ensure_min_samples=2, dtype=np.float64
         )
@@ -247,6 +259,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         positive = bool(self.positive_weights)
         alpha = float(self.alpha)
         P = n_params(*shape) + fit_intercept
+        _guards.check_fit_size(shape, n, self.gate, n_threads=_n_threads())
         if n < P:
             warnings.warn(
                 f"{n} samples for {P} free parameters: the least-squares fit is "
@@ -262,13 +275,21 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         # the intercept: unbounded, fitted on the centred target (y_offset added back after),
         # so that a shift of y shifts intercept_ and nothing else
         y_offset = float(np.mean(y)) if fit_intercept else 0.0
+        # fit (y - y_offset) / s_y on X / s_x, the box mapped alike: tolerances free of the
+        # data's units (the intercept scales like omega)
+        y_raw, X_raw = y, X
+        s_y = _guards.target_scale(y - y_offset, self.gate)
+        s_x = _guards.input_scale(X)
+        v = np.concatenate([_guards.theta_factors(shape, s_y, s_x),
+                            np.full(int(fit_intercept), 1.0 / s_y)])
         tail = np.zeros(int(fit_intercept))
-        lower = np.concatenate([lower, tail - np.inf])
-        upper = np.concatenate([upper, tail + np.inf])
+        lower = np.concatenate([lower, tail - np.inf]) * v
+        upper = np.concatenate([upper, tail + np.inf]) * v
+        X, y = X / s_x, (y - y_offset) / s_y
         x_rms = float(np.sqrt(np.mean(X**2)))
         y_scale = float(np.std(y)) if np.std(y) > 0 else float(np.mean(np.abs(y))) + 1e-3
         starts = [
-            np.clip(np.concatenate([pack(m), tail]), lower, upper)
+            np.clip(np.concatenate([pack(m), tail]) * v, lower, upper)
             for m in init_measures[: self.n_starts]
         ]
         while len(starts) < self.n_starts:
@@ -285,9 +306,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         # check_regressors_int caught it)
         XT = np.require(X.T, requirements=["C", "W"])
         y = np.require(y, dtype=np.float64, requirements=["C", "W"])
-        y_fit = y - y_offset if fit_intercept else y
         results = run_starts(
-            starts, XT, y_fit, shape, self.gate, self.activation,
+            starts, XT, y, shape, self.gate, self.activation,
             (lower, upper), max_iter=self.max_iter, tol=self.tol,
             n_jobs=self.n_jobs, verbose=self.verbose,
             fit_intercept=fit_intercept, alpha=alpha,
@@ -297,6 +317,14 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             raise ValueError(
                 "Every start ended with a non-finite objective: the inputs are too large for "
                 "the model (|x|² · |M| overflows). Rescale X, e.g. with StandardScaler."
+            )
+        with np.errstate(over="ignore"):
+            objectives = objectives * (s_y * s_y)
+        if not np.any(np.isfinite(objectives)):
+            raise ValueError(
+                f"The target y is too large (root mean square {s_y:.3g}): its squared residuals "
+                "overflow float64. Rescale y to moderate values (e.g. divide it by its standard "
+                "deviation)."
             )
         best = int(np.argmin(objectives))
         if self.verbose:
@@ -308,12 +336,19 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 )
         res = results[best]
         P0 = n_params(*shape)
-        self.measure_ = unpack(res.theta[:P0], shape)
-        self.intercept_ = float(res.theta[P0]) + y_offset if fit_intercept else 0.0
-        self.theta_ = res.theta.copy()
+        with np.errstate(over="ignore"):
+            theta = res.theta / v
+        if not np.all(np.isfinite(theta)):
+            raise ValueError(
+                f"The fitted parameters overflow when mapped back to the units of y (root mean "
+                f"square {s_y:.3g}) and X ({s_x:.3g}); rescale y and X to moderate values."
+            )
+        self.measure_ = unpack(theta[:P0], shape)
+        self.intercept_ = float(theta[P0]) + y_offset if fit_intercept else 0.0
+        self.theta_ = theta
         if fit_intercept:  # the intercept of y itself, not of the centred target
             self.theta_[P0] = self.intercept_
-        self.objective_ = float(res.objective)
+        self.objective_ = float(objectives[best])
         self.start_objectives_ = objectives
         self.start_n_iter_ = np.array([r.n_iter for r in results])
         self.start_converged_ = np.array([r.converged for r in results])
@@ -328,8 +363,10 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
-        y_pred = evaluate(res.theta[:P0], X, shape, self.gate, self.activation) + self.intercept_
-        self.train_r2_ = diagnose_fit(self, y, y_pred, P, stacklevel=3)
+        y_pred = evaluate(theta[:P0], X_raw, shape, self.gate, self.activation) + self.intercept_
+        self.train_r2_ = diagnose_fit(self, y_raw, y_pred, P, stacklevel=3)
+        _guards.warn_if_at_bound(self.measure_, self.omega_max, self.param_bound, X_raw,
+                                 y_raw, self.gate, self.objective_)
         return self
 
     def predict(self, X):
@@ -357,6 +394,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         # scikit-learn's generic regression check. That is the model, not a fitting failure.
         tags.regressor_tags.poor_score = self.gate != "none"
         return tags
+
+
+def _n_threads():
+    import numba
+
+    return numba.get_num_threads()
 
 
 class _PresetRegressor(HMoERegressor):

@@ -45,7 +45,8 @@ named continuous obstructions (``mha-fibre`` and ``cross-head-linear``), 0 for G
 The verdict of :func:`identifiability_report` is ``False`` when an obstruction applies (with
 its witness), ``True`` only for sigmoid (G1, and G2 with ``K = K*``) at a truth that
 satisfies (A.2)–(A.5) and passes the Jacobian check, and ``"unknown"`` otherwise — e.g. tanh,
-GELU, SiLU with ``K = K*``, which are locally identifiable (the check passes) but for which no global
+GELU, SiLU with ``K = K*``, which are locally identifiable (the check passes) but for which no
+global
 argument is available. See the user guide page "Which gates and activations are
 identifiable".
 """

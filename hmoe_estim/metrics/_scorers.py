@@ -92,6 +92,11 @@ class MetricScorer:
 
     def __call__(self, estimator, X=None, y=None, **fit_params):
         est = _final_step(estimator)
+        if not (hasattr(est, "gate") and hasattr(est, "activation")):
+            raise ValueError(
+                f"the {self.metric} scorer needs an HMoERegressor (or a Pipeline ending in one); "
+                f"got {type(est).__name__}, which has no gate/activation or fitted measure_."
+            )
         measure = getattr(est, "measure_", None)
         if measure is None:
             raise NotFittedError(

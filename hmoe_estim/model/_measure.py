@@ -11,6 +11,15 @@ __all__ = ["MixingMeasure"]
 
 def _as_float_array(value, name, ndim):
     try:
+        is_complex = np.iscomplexobj(value)
+    except (TypeError, ValueError):  # ragged lists: reported below
+        is_complex = False
+    if is_complex:
+        raise ValueError(
+            f"{name} must be real; got complex values. Pass the real part explicitly "
+            "(the imaginary part would be dropped)."
+        )
+    try:
         arr = np.array(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be a numeric array; got {type(value).__name__}.") from exc
@@ -21,6 +30,18 @@ def _as_float_array(value, name, ndim):
         )
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or infinite values; all parameters must be finite.")
+    return arr
+
+
+def _check_permutation(value, size, name, what):
+    """``value`` as an int array if it is a permutation of ``range(size)``, else ValueError."""
+    arr = np.asarray(value)
+    if arr.ndim != 1 or arr.shape[0] != size or arr.dtype.kind not in "iu" \
+            or not np.array_equal(np.sort(arr), np.arange(size)):
+        raise ValueError(
+            f"{name} must be a permutation of range({size}) (the {size} {what}); got "
+            f"{np.asarray(value).tolist()!r}."
+        )
     return arr
 
 
@@ -88,8 +109,18 @@ class MixingMeasure:
                 f"M[{h}, {i}] is not symmetric (largest |M - M^T| = {asym.max():.3g}). The gate "
                 "only sees the symmetric part: pass (M + M^T) / 2."
             )
+        # halves first: (M + Mᵀ) / 2 would overflow for entries near the float64 maximum
+        M = 0.5 * M + 0.5 * np.swapaxes(M, 2, 3)
+        with np.errstate(over="ignore", invalid="ignore"):
+            gauge_ok = bool(np.all(np.isfinite(M - M[:, -1:])))
+        if not gauge_ok:
+            raise ValueError(
+                f"M has entries as large as {np.max(np.abs(M)):.3g}: their differences (the "
+                "gate's gauge M[h, i] - M[h, N-1]) overflow float64. Rescale the parameters "
+                "to moderate values."
+            )
         self.omega = omega
-        self.M = 0.5 * (M + np.swapaxes(M, 2, 3))
+        self.M = M
         self.a = a
 
     # -- shapes -------------------------------------------------------------------------
@@ -143,11 +174,18 @@ class MixingMeasure:
         The regression function is unchanged; the result is not re-normalised.
         """
         H, N, K, D = self.shape
-        heads = np.arange(H) if heads is None else np.asarray(heads)
-        channels = np.arange(K) if channels is None else np.asarray(channels)
+        heads = np.arange(H) if heads is None else _check_permutation(heads, H, "heads", "heads")
+        channels = np.arange(K) if channels is None else _check_permutation(
+            channels, K, "channels", "value channels")
         tok = np.tile(np.arange(N), (H, 1)) if tokens is None else np.asarray(tokens)
         if tok.ndim == 1:
             tok = np.tile(tok, (H, 1))
+        if tok.shape != (H, N):
+            raise ValueError(
+                f"tokens must be a permutation of range({N}) or one per head, shape ({H}, {N}); "
+                f"got shape {tok.shape}."
+            )
+        tok = np.stack([_check_permutation(t, N, "tokens", "tokens") for t in tok])
         omega = self.omega[heads][:, channels]
         M = np.stack([self.M[heads[h], tok[h]] for h in range(H)])
         a = np.stack([self.a[heads[h]][tok[h]][:, channels] for h in range(H)])
@@ -160,6 +198,16 @@ class MixingMeasure:
     @classmethod
     def from_dict(cls, d):
         """Inverse of :meth:`to_dict`."""
+        if not isinstance(d, dict):
+            raise ValueError(
+                f"a measure must be a dict with keys 'omega', 'M' and 'a'; got {type(d).__name__}."
+            )
+        missing = [k for k in ("omega", "M", "a") if k not in d]
+        if missing:
+            raise ValueError(
+                f"the measure dict is missing {missing}; it needs 'omega' (H, K), "
+                "'M' (H, N, D, D) and 'a' (H, N, K, D), as written by to_dict()."
+            )
         return cls(d["omega"], d["M"], d["a"])
 
     def __repr__(self):

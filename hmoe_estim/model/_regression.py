@@ -13,6 +13,15 @@ __all__ = ["regression_function"]
 def check_inputs(X, n_features, *, name="X"):
     """Validate a 2-D finite float array with ``n_features`` columns; return it as float64."""
     try:
+        is_complex = np.iscomplexobj(X)
+    except (TypeError, ValueError):
+        is_complex = False
+    if is_complex:
+        raise ValueError(
+            f"{name} must be real; got complex values. Pass the real part explicitly (the "
+            "imaginary part would be dropped)."
+        )
+    try:
         X = np.asarray(X, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be a numeric array.") from exc

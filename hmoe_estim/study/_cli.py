@@ -96,7 +96,8 @@ def build_parser():
 
     p = sub.add_parser("plot", help="draw the learning curves of OUT as a PNG")
     p.add_argument("out", metavar="OUT")
-    p.add_argument("--output", metavar="FILE", help="PNG path (default OUT/learning_curves.png)")
+    p.add_argument("--output", metavar="FILE",
+                   help="PNG file, or a folder for learning_curves.png (default: OUT)")
     p.add_argument("--certified-only", action="store_true",
                    help="draw and fit the curves without the certified optimisation failures")
 
@@ -178,6 +179,8 @@ def _run(args, config, default_out):
     out = args.out or default_out + ("-near-truth" if args.near_truth else "")
     if args.n_jobs == 0:
         raise UsageError("--n-jobs must be a non-zero integer (-1 = all cores).")
+    if args.max_fits is not None and args.max_fits < 0:
+        raise UsageError(f"--max-fits must be >= 0 (0: only prepare OUT); got {args.max_fits}.")
     print(
         f"hmoe-estim: study {config.name!r}: {len(config.models)} models x "
         f"{len(config.grid.n)} sample sizes {list(config.grid.n)} x {config.grid.reps} reps = "
@@ -212,6 +215,48 @@ def _run(args, config, default_out):
     return 0
 
 
+def _safe_name(name):
+    """``name`` as one directory name: path separators and other unusual characters become
+    ``_`` and a leading dot is escaped, so the default ``--out`` stays in the working
+    directory."""
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", name) or "study"
+    return "_" + safe if safe.startswith(".") else safe
+
+
+def _stored_study_dir(path):
+    """The ``OUT`` whose ``config.json`` ``path`` is (or the folder itself), else None: running
+    a stored study's config resumes it in its own folder."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return path if os.path.exists(os.path.join(path, "config.json")) else None
+    if os.path.basename(path) == "config.json":
+        return os.path.dirname(path) or "."
+    return None
+
+
+def _plot_path(out, output):
+    """The PNG file of ``plot``: ``OUT/learning_curves.png`` by default, ``DIR/...`` for a
+    folder, ``.png`` added to a name without a suffix; a missing parent folder is an error."""
+    if not output:
+        return os.path.join(out, "learning_curves.png")
+    if os.path.isdir(output):
+        return os.path.join(output, "learning_curves.png")
+    parent = os.path.dirname(output) or "."
+    if not os.path.isdir(parent):
+        raise UsageError(
+            f"--output {output!r}: the folder {parent!r} does not exist; create it or give an "
+            "existing folder."
+        )
+    ext = os.path.splitext(output)[1]
+    if not ext:
+        return output + ".png"
+    if ext.lower() not in (".png", ".pdf", ".svg"):
+        raise UsageError(f"--output {output!r}: give a .png (or .pdf, .svg) file name.")
+    return output
+
+
 def _dispatch(args):
     from ._config import load_config, load_preset
 
@@ -220,7 +265,8 @@ def _dispatch(args):
         return _run(args, load_preset(preset), f"hmoe-{preset}")
     if args.command == "study":
         config = load_config(args.config)
-        return _run(args, config, f"study-{config.name}")
+        stored = _stored_study_dir(args.config)
+        return _run(args, config, stored or f"study-{_safe_name(config.name)}")
     if args.command == "rates":
         from ._store import load_study
 
@@ -254,7 +300,7 @@ def _dispatch(args):
         from ..metrics._identifiability import annotate_rates
 
         annotate_rates(rates, config)
-        path = args.output or os.path.join(args.out, "learning_curves.png")
+        path = _plot_path(args.out, args.output)
         plot_learning_curves(records, path, rates=rates, labels=labels, title=title)
         print(f"learning curves drawn in {path}")
         return 0
@@ -291,6 +337,11 @@ def main(argv=None):
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # unwritable OUT, full disk: finished fits are on disk already
+        where = f" ({exc.filename})" if exc.filename else ""
+        _err(f"{exc.strerror or exc}{where}. Free space or choose a writable --out; finished "
+             "fits are saved, rerun the same command to resume.")
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -96,6 +96,39 @@ INIT_CHOICES = ("random", "near-truth")
 
 #: Smallest sample size accepted on the grid.
 MIN_N = 10
+#: Most fits a study may plan (models × sample sizes × reps): planning, the results file and
+#: the rates stay within seconds and megabytes below it.
+MAX_FITS = 100_000
+#: Largest config, truth or stored-study JSON file read (bytes): ``/dev/zero`` or a stray
+#: multi-gigabyte file is refused instead of read without limit.
+MAX_FILE_BYTES = 16 * 2**20
+
+
+def read_limited(path, what, limit=MAX_FILE_BYTES):
+    """The bytes of ``path`` if it holds at most ``limit`` bytes; else :class:`ConfigError`.
+
+    Reads at most ``limit + 1`` bytes, so a device such as ``/dev/zero`` cannot hang the run.
+    ``OSError`` propagates (the caller words it).
+    """
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(
+            f"{what} {path!r} is larger than {limit // 2**20} MiB: not a study file. "
+            "Check the path."
+        )
+    return data
+
+
+def decode_utf8(data, path, what):
+    """``data`` decoded as UTF-8, or :class:`ConfigError` naming the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{what} {path!r} is not UTF-8 text (byte {data[exc.start]:#04x} at offset "
+            f"{exc.start}); save it as UTF-8."
+        ) from None
 
 
 class ConfigError(ValueError):
@@ -441,8 +474,20 @@ def _measure_dict(raw, where):
     return m.normalized().to_dict()
 
 
+def _section(raw, where):
+    """A config section as a dict (absent: empty); anything but a table is an error."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{where} must be a table (a [section] or {{key = value}}); got "
+            f"{type(raw).__name__} {raw!r:.40}."
+        )
+    return dict(raw)
+
+
 def _truth(raw, base_dir):
-    raw = dict(raw or {})
+    raw = _section(raw, "[truth]")
     _check_keys(raw, _TRUTH, "[truth]")
     if "measure" in raw and "file" in raw:
         raise ConfigError("[truth] gives both 'measure' and 'file'; keep one.")
@@ -451,8 +496,7 @@ def _truth(raw, base_dir):
         if base_dir and not os.path.isabs(path):
             path = os.path.join(base_dir, path)
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
+            data = json.loads(decode_utf8(read_limited(path, "truth.file"), path, "truth.file"))
         except (OSError, json.JSONDecodeError) as exc:
             raise ConfigError(f"cannot read truth.file {path!r}: {exc}") from None
         if isinstance(data, dict) and "measure" in data:
@@ -485,7 +529,7 @@ def _truth(raw, base_dir):
 
 
 def _grid(raw):
-    raw = dict(raw or {})
+    raw = _section(raw, "[grid]")
     _check_keys(raw, _GRID, "[grid]")
     log_keys = {"n_min", "n_max", "n_points"} & set(raw)
     if "n" in raw and log_keys:
@@ -531,7 +575,7 @@ def _from_dict(d, base_dir=None):
     models = _models(d.get("models"), default_act)
     truth = _truth(d.get("truth"), base_dir)
 
-    data_raw = d.get("data") or {}
+    data_raw = _section(d.get("data"), "[data]")
     _check_keys(data_raw, _DATA, "[data]")
     data = DataConfig(
         noise=_float(data_raw.get("noise", 0.1), "data.noise", nonneg=True),
@@ -539,7 +583,7 @@ def _from_dict(d, base_dir=None):
     )
     grid = _grid(d.get("grid"))
 
-    fit_raw = d.get("fit") or {}
+    fit_raw = _section(d.get("fit"), "[fit]")
     _check_keys(fit_raw, _FIT, "[fit]")
     K = fit_raw.get("n_experts")
     K = truth.n_experts + 1 if K is None else _int(K, "fit.n_experts", 1)
@@ -558,15 +602,31 @@ def _from_dict(d, base_dir=None):
                                 nonneg=True),
         split_init=split,
     )
-    met_raw = d.get("metrics") or {}
+    met_raw = _section(d.get("metrics"), "[metrics]")
     _check_keys(met_raw, _METRICS, "[metrics]")
     metrics = MetricsConfig(
         r=_int(met_raw.get("r", 0), "metrics.r", 0),
         n_ref=_int(met_raw.get("n_ref", 20000), "metrics.n_ref", 100),
         ref_seed=_int(met_raw.get("ref_seed", 0), "metrics.ref_seed", 0),
     )
+    n_fits = len(models) * len(grid.n) * grid.reps
+    if n_fits > MAX_FITS:
+        raise ConfigError(
+            f"the study asks for {len(models)} models x {len(grid.n)} sample sizes x "
+            f"{grid.reps} reps = {n_fits} fits; at most {MAX_FITS} are supported. Lower "
+            "grid.reps or the number of sample sizes."
+        )
+    from ..estimators._guards import MAX_FIT_BYTES, fit_memory_bytes
     from ..model._parameters import n_params
 
+    shape = (truth.n_heads, truth.n_tokens, fit.n_experts, truth.n_features)
+    need = fit_memory_bytes(shape, grid.n[-1], "value") + 48 * grid.n[-1] * (truth.n_features + 1)
+    if need > MAX_FIT_BYTES:
+        raise ConfigError(
+            f"a fit at the largest sample size {grid.n[-1]} with (H, N, K, D) = {shape} would "
+            f"need about {need / 2**30:.1f} GiB (limit {MAX_FIT_BYTES / 2**30:.0f} GiB). Use "
+            "smaller sample sizes or a smaller model."
+        )
     P = n_params(truth.n_heads, truth.n_tokens, fit.n_experts, truth.n_features)
     if grid.n[0] < P:
         raise ConfigError(
@@ -615,11 +675,8 @@ def load_config(path):
         else:
             raise ConfigError(f"{path!r} is a directory without config.json; pass a TOML file.")
     try:
-        with open(path, "rb") as fh:
-            if path.endswith(".json"):
-                d = json.load(fh)
-            else:
-                d = tomllib.load(fh)
+        text = decode_utf8(read_limited(path, "config file"), path, "config file")
+        d = json.loads(text) if path.endswith(".json") else tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: TOML syntax error: {exc}") from None
     except json.JSONDecodeError as exc:

@@ -83,14 +83,34 @@ def read_results(path):
     Raises
     ------
     ResultsError
-        A complete line is not a JSON object with the keys of :data:`REQUIRED_KEYS`; the
-        message gives the line number. Nothing is modified.
+        A complete line is not a JSON object with the keys of :data:`REQUIRED_KEYS`, or its
+        ``model``, ``n``, ``rep`` or ``seed`` has the wrong type; the message gives the line
+        number. Nothing is modified.
     """
+    records, _, partial = read_numbered_results(path)
+    return records, partial
+
+
+def _check_types(rec, path, lineno):
+    """``model`` a string, ``n``, ``rep``, ``seed`` integers (JSON numbers, not booleans)."""
+    for key, kind in (("model", str), ("n", int), ("rep", int), ("seed", int)):
+        value = rec[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ResultsError(
+                f"{path}, line {lineno}: {key!r} must be "
+                f"{'a string' if kind is str else 'an integer'}"
+                f"; got {value!r}. Not a record written by hmoe-estim: delete that line (the "
+                "fit is redone on the next run) or use another --out."
+            )
+
+
+def read_numbered_results(path):
+    """:func:`read_results` plus the line number of every record: ``(records, lines, partial)``."""
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except FileNotFoundError:
-        return [], None
+        return [], [], None
     except IsADirectoryError:
         raise ResultsError(f"{path} is a directory, expected the results file.") from None
     partial = None
@@ -98,7 +118,7 @@ def read_results(path):
         cut = data.rfind(b"\n") + 1
         partial = data[cut:]
         data = data[:cut]
-    records = []
+    records, lines = [], []
     for lineno, line in enumerate(data.split(b"\n")[:-1], start=1):
         if not line.strip():
             continue
@@ -116,8 +136,10 @@ def read_results(path):
                 f"{path}, line {lineno}: not a study record (missing {missing}). Delete that "
                 "line or use another --out."
             )
+        _check_types(rec, path, lineno)
         records.append(rec)
-    return records, partial
+        lines.append(lineno)
+    return records, lines, partial
 
 
 def set_aside_partial(path, partial):

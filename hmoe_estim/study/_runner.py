@@ -18,7 +18,7 @@ from ._fit import run_fit
 from ._plan import plan_fits
 from ._progress import ProgressBar
 from ._results import RESULTS_FILE, ResultsWriter, record_key
-from ._store import RUNS_FILE, StudyError, _check_out_path, _locked, load_study, prepare_out
+from ._store import RUNS_FILE, StudyError, _locked, load_study, make_out, prepare_out
 
 __all__ = ["run_study"]
 
@@ -43,9 +43,53 @@ def _results(config, truth, tasks, n_jobs, backend_active):
         return
     parallel = Parallel(n_jobs=n_jobs, return_as="generator_unordered", batch_size=1,
                         pre_dispatch="all" if backend_active else "2*n_jobs")
+    # local (loky) workers watch this process and exit when it dies (even by SIGKILL)
+    fit = run_fit if backend_active else _run_fit_watched
+    extra = () if backend_active else (os.getpid(),)
     yield from parallel(
-        delayed(run_fit)(config, truth, name, n, rep, seed, 1) for name, n, rep, seed in tasks
+        delayed(fit)(config, truth, name, n, rep, seed, 1, *extra)
+        for name, n, rep, seed in tasks
     )
+
+
+#: Seconds between two checks of a local worker that its parent is alive.
+WATCH_INTERVAL = 0.5
+_watching = []
+
+
+def _watch_parent(parent_pid):
+    """In a worker: a daemon thread that ends the process once ``parent_pid`` is gone.
+
+    The worker's parent is the study's process; when that dies the worker is re-parented (its
+    ``getppid()`` changes) — then, or when ``parent_pid`` no longer exists, it exits at once
+    (``os._exit``: a fit in progress is lost, but its parent is no longer there to save it).
+    """
+    import threading
+
+    if _watching:
+        return
+    first_ppid = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(WATCH_INTERVAL)
+            if first_ppid == parent_pid and os.getppid() != parent_pid:
+                os._exit(1)
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except OSError:
+                pass
+
+    threading.Thread(target=watch, name="hmoe-estim-parent-watch", daemon=True).start()
+    _watching.append(parent_pid)
+
+
+def _run_fit_watched(config, truth, name, n, rep, seed, numba_threads, parent_pid):
+    """:func:`run_fit` in a local worker that exits when the study's process dies."""
+    _watch_parent(parent_pid)
+    return run_fit(config, truth, name, n, rep, seed, numba_threads)
 
 
 def run_study(config, out, *, n_jobs=-1, backend_name=None, progress=True, stream=None,
@@ -85,10 +129,10 @@ def run_study(config, out, *, n_jobs=-1, backend_name=None, progress=True, strea
         ``results.jsonl`` has a corrupt complete line.
     """
     stream = sys.stderr if stream is None else stream
-    out = _check_out_path(out)
     t_start = time.time()
-    truth = prepare_out(out, config)
-    with _locked(out):
+    out = make_out(out)
+    with _locked(out):  # the lock first: two starts cannot both write config.json
+        truth = prepare_out(out, config)
         _, records = load_study(out, repair=True, stream=stream)
         done = {record_key(r) for r in records}
         tasks = plan_fits(config, done)

@@ -15,16 +15,17 @@ import time
 import numpy as np
 
 from .. import __version__
-from ._config import StudyConfig, without_descriptive
+from ._config import ConfigError, StudyConfig, decode_utf8, read_limited, without_descriptive
 from ._plan import true_measure
 from ._results import (
     RESULTS_FILE,
     ResultsError,
     deduplicate,
     json_safe,
-    read_results,
+    read_numbered_results,
     set_aside_partial,
 )
+from ._seeds import fit_seed
 
 __all__ = [
     "StudyError", "prepare_out", "load_study",
@@ -73,7 +74,13 @@ def _locked(out):
     import fcntl
 
     path = os.path.join(out, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StudyError(
+            f"cannot write to the output directory {out!r} ({exc.strerror}); choose a writable "
+            "--out."
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -96,13 +103,38 @@ def _check_out_path(out):
     return out
 
 
+def _read_json(path, what):
+    """JSON of a file of ``OUT`` (size-limited), or :class:`StudyError` saying how to fix it."""
+    try:
+        return json.loads(decode_utf8(read_limited(path, what), path, what))
+    except (OSError, ValueError, ConfigError) as exc:
+        raise StudyError(f"{path} is unreadable ({exc}); {_FIXES[what]}") from None
+
+
+_FIXES = {
+    "config.json": "it is not a study's config. Use another --out.",
+    "truth.json": "delete it (it is rewritten from config.json) or use another --out.",
+}
+
+
+def make_out(out):
+    """Create the directory ``OUT`` (and its parents) if missing; return its path."""
+    out = _check_out_path(out)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise StudyError(f"cannot create the output directory {out!r}: {exc}") from None
+    return out
+
+
 def prepare_out(out, config):
     """Create or check ``OUT`` for ``config``; return ``G*``.
 
     Writes ``config.json`` and ``truth.json`` for a new study. For an existing one, refuses a
     different config (listing the differing keys); a config that differs only in its
     descriptive fields (``description``) is the same study and resumes. ``config.json`` is
-    never rewritten.
+    never rewritten. :func:`run_study` calls it while holding ``OUT``'s lock, so that two
+    studies started at once cannot both claim ``OUT``.
 
     Raises
     ------
@@ -119,12 +151,11 @@ def prepare_out(out, config):
     new = config.to_dict()
     h = config.config_hash()
     if os.path.exists(cfg_path):
+        stored = _read_json(cfg_path, "config.json")
         try:
-            with open(cfg_path, encoding="utf-8") as fh:
-                stored = json.load(fh)
             old_hash = stored["config_hash"]
             old = stored["config"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (KeyError, TypeError) as exc:
             raise StudyError(f"{cfg_path} is unreadable ({exc}); use another --out.") from None
         # Folders written before the description left the hash carry a hash that includes it:
         # when the hashes differ, compare the configs themselves without descriptive fields.
@@ -137,7 +168,7 @@ def prepare_out(out, config):
             raise StudyError(
                 f"{out} already holds a study with a different configuration (hash {old_hash}, "
                 f"this one {h}): {shown or 'same keys, other values'}. Use another --out, or "
-                f"run `hmoe-estim study {cfg_path}` to resume the stored study."
+                f"run `hmoe-estim study {cfg_path} --out {out}` to resume the stored study."
             )
     elif os.path.exists(os.path.join(out, RESULTS_FILE)):
         raise StudyError(
@@ -159,8 +190,14 @@ def prepare_out(out, config):
     if os.path.exists(truth_path):
         from ..model._measure import MixingMeasure
 
-        with open(truth_path, encoding="utf-8") as fh:
-            stored_truth = MixingMeasure.from_dict(json.load(fh)["measure"])
+        stored = _read_json(truth_path, "truth.json")
+        try:
+            stored_truth = MixingMeasure.from_dict(stored["measure"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StudyError(
+                f"{truth_path} does not hold a measure ({type(exc).__name__}: {exc}); "
+                f"{_FIXES['truth.json']}"
+            ) from None
         if not (stored_truth.shape == truth.shape
                 and np.allclose(stored_truth.normalized().M, truth.normalized().M)
                 and np.allclose(stored_truth.a, truth.a)
@@ -201,7 +238,8 @@ def load_study(out, *, repair=False, stream=None):
     StudyError
         ``OUT`` missing, a file, or without ``config.json``.
     ResultsError
-        A corrupt complete line in ``results.jsonl``.
+        A corrupt complete line in ``results.jsonl``, or a record that is not a fit of the
+        stored config (``check_records``); the message gives the line number.
     """
     stream = sys.stderr if stream is None else stream
     out = _check_out_path(out)
@@ -211,12 +249,12 @@ def load_study(out, *, repair=False, stream=None):
     if not os.path.exists(cfg_path):
         raise StudyError(f"{out} has no {CONFIG_FILE}: not a study directory.")
     try:
-        with open(cfg_path, encoding="utf-8") as fh:
-            config = StudyConfig.from_dict(json.load(fh))
-    except (OSError, ValueError) as exc:
+        config = StudyConfig.from_dict(_read_json(cfg_path, "config.json"))
+    except ValueError as exc:
         raise StudyError(f"{cfg_path} is unreadable: {exc}") from None
     path = os.path.join(out, RESULTS_FILE)
-    records, partial = read_results(path)
+    records, lines, partial = read_numbered_results(path)
+    check_records(config, records, lines, path)
     if partial is not None:
         if repair:
             aside = set_aside_partial(path, partial)
@@ -235,14 +273,34 @@ def load_study(out, *, repair=False, stream=None):
     if dups:
         print(f"hmoe-estim: {path} holds {dups} duplicate fit(s); using the first of each.",
               file=stream)
-    names = {m.name for m in config.models}
-    grid = set(config.grid.n)
-    stray = [r for r in records if r["model"] not in names or r["n"] not in grid
-             or not 0 <= r["rep"] < config.grid.reps]
-    if stray:
-        raise ResultsError(
-            f"{path} holds {len(stray)} record(s) that are not fits of the stored config "
-            f"(first: model={stray[0]['model']!r}, n={stray[0]['n']}, rep={stray[0]['rep']}). "
-            "Was the file copied from another study? Use another --out."
-        )
     return config, records
+
+
+def check_records(config, records, lines, path):
+    """Refuse a record that is not a fit of ``config``: unknown model, ``n`` off the grid,
+    ``rep`` out of range, or a ``seed`` other than ``fit_seed(config.seed, model, n, rep)``
+    (a fit of another config with the same ``(model, n, rep)``). The message gives the line.
+    """
+    models = {m.name: m for m in config.models}
+    grid = set(config.grid.n)
+    for rec, lineno in zip(records, lines):
+        model = models.get(rec["model"])
+        n, rep = rec["n"], rec["rep"]
+        why = None
+        if model is None:
+            why = f"model {rec['model']!r} is not one of {sorted(models)}"
+        elif n not in grid:
+            why = f"n = {n} is not on the grid {sorted(grid)}"
+        elif not 0 <= rep < config.grid.reps:
+            why = f"rep = {rep} is outside 0..{config.grid.reps - 1}"
+        else:
+            expected = fit_seed(config.seed, model.key, n, rep)
+            if rec["seed"] != expected:
+                why = (f"its seed {rec['seed']} is not the seed {expected} this study assigns "
+                       f"to (model={rec['model']}, n={n}, rep={rep})")
+        if why:
+            raise ResultsError(
+                f"{path}, line {lineno}: not a fit of the study in this folder: {why}. Was it "
+                "copied from another study? Delete that line (the fit is redone on the next "
+                "run) or use another --out."
+            )
