@@ -35,7 +35,7 @@ def _fd_jacobian(theta, XT, shape, g, a, rel=1e-6):
 @pytest.mark.parametrize("shape", [(1, 2, 3, 2), (2, 3, 2, 3), (1, 1, 2, 3)])
 def test_gauss_newton_sums_match_numpy_jacobian(gate, activation, shape):
     rng = np.random.default_rng(abs(hash((gate, activation, shape))) % 2**32)
-    H, N, K, D = shape
+    D = shape[3]
     P = n_params(*shape)
     theta = 0.8 * rng.normal(size=P)
     n = BLOCK + 45  # a full block and a remainder

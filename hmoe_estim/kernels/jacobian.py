@@ -39,8 +39,16 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from .objective import (
-    BLOCK, GATE_OUTPUT, GATE_SDPA, MAX_CHUNKS, _PARALLEL, _forward_block, _linear,
-    _mixed_values, _offsets, _temporaries,
+    _PARALLEL,
+    BLOCK,
+    GATE_OUTPUT,
+    GATE_SDPA,
+    MAX_CHUNKS,
+    _forward_block,
+    _linear,
+    _mixed_values,
+    _offsets,
+    _temporaries,
 )
 from .rows import combine_rows, gated_sum
 from .target import wide_vectors
