@@ -43,7 +43,7 @@ def test_gauss_newton_sums_match_numpy_jacobian(gate, activation, shape):
     y = rng.normal(size=n)
     g, a = GATE_CODES[gate], ACTIVATION_CODES[activation]
     offset = 0.37
-    JtJ, Jtr, ssr, colsum = gauss_newton_sums(theta, XT, y, *shape, g, a, offset=offset)
+    JtJ, Jtr, ssr, colsum, rsum = gauss_newton_sums(theta, XT, y, *shape, g, a, offset=offset)
     J = _fd_jacobian(theta, XT, shape, g, a)
     r = predict(theta, XT, *shape, g, a) + offset - y
     ref = J.T @ J
@@ -53,6 +53,7 @@ def test_gauss_newton_sums_match_numpy_jacobian(gate, activation, shape):
     np.testing.assert_allclose(Jtr, J.T @ r, rtol=1e-6, atol=1e-7 * np.abs(J.T @ r).max())
     np.testing.assert_allclose(colsum, J.sum(0), rtol=1e-6, atol=1e-7 * np.abs(J).sum(0).max())
     assert ssr == pytest.approx(r @ r, rel=1e-12)
+    assert rsum == pytest.approx(r.sum(), rel=1e-10, abs=1e-12 * np.abs(r).sum())
     assert sum_of_squares(theta, XT, y, *shape, g, a, offset=offset) == pytest.approx(r @ r, rel=1e-12)
     # 2 Jᵀr is the gradient of the summed squares: the objective kernel's gradient times n
     obj, grad = objective_and_gradient(theta, XT, y - offset, *shape, g, a)
@@ -86,8 +87,8 @@ def test_thread_count_does_not_change_the_sums():
 
 def test_empty_input():
     P = n_params(1, 2, 1, 2)
-    JtJ, Jtr, ssr, colsum = gauss_newton_sums(np.zeros(P), np.zeros((2, 0)), np.zeros(0), 1, 2, 1, 2, 1, 0)
-    assert ssr == 0.0 and not JtJ.any() and not Jtr.any() and not colsum.any()
+    JtJ, Jtr, ssr, colsum, rsum = gauss_newton_sums(np.zeros(P), np.zeros((2, 0)), np.zeros(0), 1, 2, 1, 2, 1, 0)
+    assert ssr == 0.0 and rsum == 0.0 and not JtJ.any() and not Jtr.any() and not colsum.any()
 
 
 _SCRIPT = r"""
@@ -102,7 +103,7 @@ for gate in range(4):
     theta = rng.normal(size=P)
     XT = np.ascontiguousarray(rng.uniform(-1, 1, size=(D, 90)))
     y = rng.normal(size=90)
-    JtJ, Jtr, ssr, cs = gauss_newton_sums(theta, XT, y, H, N, K, D, gate, (gate + 1) % 4, 0.2)
+    JtJ, Jtr, ssr, cs, rs = gauss_newton_sums(theta, XT, y, H, N, K, D, gate, (gate + 1) % 4, 0.2)
     out[gate] = [theta.tolist(), XT.tolist(), y.tolist(), JtJ.tolist(), Jtr.tolist(), ssr]
 json.dump(out, sys.stdout)
 """

@@ -6,12 +6,12 @@ For ``theta`` in the layout of :mod:`hmoe_estim.parameters` and the residuals of
 
 one pass over the samples accumulates
 
-    JᵀJ (P × P),   Jᵀr (P),   Σ_j r_j²,   Σ_j J[j, :] (P)
+    JᵀJ (P × P),   Jᵀr (P),   Σ_j r_j²,   Σ_j J[j, :] (P),   Σ_j r_j
 
 without storing the n × P Jacobian: the rows of ``J`` are formed for one block of ``BLOCK``
 samples at a time (``P × BLOCK`` per worker), multiplied out, and dropped. Memory is
 O(P² + n·D). The scalar ``offset`` is an intercept added to ``f``; the column sums let the
-caller append the intercept's column (all ones) to ``J`` in Python:
+caller append the intercept's column (all ones) to ``J`` in Python, with ``Σ r``:
 ``[J 1]ᵀ[J 1] = [[JᵀJ, ΣJ], [ΣJᵀ, n]]`` and ``[J 1]ᵀr = [Jᵀr, Σr]``.
 
 The derivatives per sample, for head ``h``, token ``i``, channel ``k`` (``g_i = g[h, i](x)``,
@@ -208,9 +208,12 @@ def _accumulate_block(J, res, P, b, acc):
         acc[idx + p] += s0
         acc[idx + P + 1 + p] += s1
     s0 = 0.0
+    s1 = 0.0
     for t in range(b):
         s0 += res[t] * res[t]
+        s1 += res[t]
     acc[idx + P] += s0
+    acc[idx + 2 * P + 1] += s1
 
 
 @njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
@@ -220,7 +223,7 @@ def _gauss_newton_sums(theta, XT, y, offset, H, N, K, D, gate, act, nthreads):
     T, o1, o2, P = _offsets(H, N, K, D)
     bv = _mixed_values(theta, H, N, K, D, gate)
     ntri = P * (P + 1) // 2
-    width = ntri + 2 * P + 1  # [JᵀJ upper | Jᵀr | Σr² | ΣJ]
+    width = ntri + 2 * P + 2  # [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
     nblocks, nchunks = _jchunks(n, width)
     partial = np.zeros((nchunks, width))
     nworkers = min(nthreads, nchunks)
@@ -254,11 +257,12 @@ def _gauss_newton_sums(theta, XT, y, offset, H, N, K, D, gate, act, nthreads):
             JtJ[p, q] = total[idx]
             JtJ[q, p] = total[idx]
             idx += 1
-    return JtJ, total[ntri:ntri + P].copy(), total[ntri + P], total[ntri + P + 1:].copy()
+    return (JtJ, total[ntri:ntri + P].copy(), total[ntri + P],
+            total[ntri + P + 1:ntri + 2 * P + 1].copy(), total[ntri + 2 * P + 1])
 
 
 def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
-    """``(JᵀJ, Jᵀr, Σ r², Σ_j J[j, :])`` of the residuals ``r = f_theta(x) + offset − y``.
+    """``(JᵀJ, Jᵀr, Σ r², Σ_j J[j, :], Σ r)`` of the residuals ``r = f_theta(x) + offset − y``.
 
     Parameters
     ----------
@@ -283,6 +287,9 @@ def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
         ``Σ_j r_j²``; the objective of eq. (3) divided by ``n`` is ``ssr / n``.
     colsum : ndarray of shape (P,)
         ``Σ_j J[j, :]``.
+    rsum : float
+        ``Σ_j r_j``. With ``colsum`` and ``n``, the intercept's row and column of the
+        extended system (module docstring).
     """
     return _gauss_newton_sums(theta, XT, y, float(offset), H, N, K, D, gate, act,
                               get_num_threads())
