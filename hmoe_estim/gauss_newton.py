@@ -17,11 +17,14 @@ Gauss–Newton model ``½‖r + J s‖²``. The damping follows Nielsen's rule: 
 Cholesky factorisation (``A`` singular or indefinite in rounding), a trial point whose sum of
 squares is not finite, or a step that the projection makes worse are rejected the same way.
 
-Stopping rule, free of the data's scale: the Gauss–Newton decrement
-``δ = g_Fᵀ (A_FF + ε diag(d_F))⁻¹ g_F`` (ε = 1e-10) is the decrease of ``Σ r²`` a full
-Gauss–Newton step promises; the start has converged when ``δ <= tol · Σ r²`` (a relative
-decrease of the objective below ``tol``), or when the damping has grown past ``1e16``
-with ``δ`` below ``1e-6 · Σ r²`` (no decrease is measurable in floating point). A start
+Stopping rules, free of the data's scale, with ``σ̂² = Σ r² / n`` the residual variance: the
+Gauss–Newton decrement ``δ = g_Fᵀ (A_FF + ε diag(d_F))⁻¹ g_F`` (ε = 1e-10) is the decrease
+of ``Σ r²`` a full Gauss–Newton step promises; the start has converged when
+``δ <= max(tol · Σ r², stat_tol · σ̂²)`` — the objective ``Σ r² / n`` would drop by less than
+``stat_tol · σ̂²/n`` (default 1% of ``σ²/n``) —, when the last ``STALL_WINDOW`` = 10
+iterations lowered ``Σ r²`` by less than ``10 · stat_tol · σ̂²`` in all (creeping along a flat
+valley, as over-specified fits do), or when the damping has grown past ``1e16`` with ``δ``
+below ``1e-6 · Σ r²`` (no decrease is measurable in floating point). A start
 never returns non-finite parameters: a start whose first objective is not finite ends at
 once, with ``objective = inf`` and the reason in ``message``.
 """
@@ -33,12 +36,17 @@ import numpy as np
 from ._names import ACTIVATION_CODES, GATE_CODES
 from .optim import SERIAL_BELOW, StartResult
 
-__all__ = ["LMResult", "levenberg_marquardt", "run_lm_starts"]
+__all__ = ["LMResult", "levenberg_marquardt", "run_lm_starts", "STAT_TOL"]
 
 _MU0 = 1e-3
 _MU_MAX = 1e16
 _EPS_DECREMENT = 1e-10
 _ACCEPT = 1e-4
+#: Default ``stat_tol``: a decrease of the objective below 1% of ``σ²/n`` is statistically
+#: irrelevant (the objective itself fluctuates by ``σ² √(2/n)`` between data sets).
+STAT_TOL = 1e-2
+#: Iterations over which the stall rule looks back.
+STALL_WINDOW = 10
 
 
 @dataclass
@@ -78,7 +86,7 @@ def _solve(A, g, free, dscale, mu):
 
 
 def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *, max_iter=200,
-                        tol=1e-9, mu0=_MU0, offset=0.0, fit_offset=False, n_jac=0, n_fev=0,
+                        tol=1e-9, stat_tol=STAT_TOL, mu0=_MU0, offset=0.0, fit_offset=False, n_jac=0, n_fev=0,
                         n_iter=0):
     """Bounded Levenberg–Marquardt from ``theta0`` (see the module docstring).
 
@@ -96,6 +104,10 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
         Cap on the iterations (Jacobian passes) of this call.
     tol : float
         Relative decrease of the objective below which the start has converged.
+    stat_tol : float
+        Decrease below which the start has converged, in units of ``Σ r² / n`` (the
+        residual variance ``σ²``) of ``Σ r²``, i.e. of ``σ²/n`` of the objective; also the
+        stall rule (see the module docstring).
     mu0 : float
         Initial relative damping (resume a start with the ``damping`` of its result).
     offset : float
@@ -158,6 +170,7 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
                           "the Jacobian is not finite at the start", mu0)
         mu, nu = float(mu0), 2.0
         it = 0
+        history = []
         while True:
             if ssr == 0.0:
                 return result(theta, ssr, n_iter + it, True, "zero residual", mu)
@@ -176,9 +189,15 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
                 eps *= 100.0
                 s_gn = _solve(A, g, free, dscale, eps)
             decrement = float(-g[free] @ s_gn) if s_gn is not None else np.inf
-            if decrement <= tol * ssr:
+            if decrement <= max(tol * ssr, stat_tol * ssr / nm):
                 return result(theta, ssr, n_iter + it, True,
-                              "relative decrease of the objective below tol", mu)
+                              "the Gauss-Newton decrement is below tolerance", mu)
+            history.append(ssr)
+            if len(history) > STALL_WINDOW and (
+                    history[-STALL_WINDOW - 1] - ssr <= STALL_WINDOW * stat_tol * ssr / nm):
+                return result(theta, ssr, n_iter + it, True,
+                              f"stalled: decrease over {STALL_WINDOW} iterations below "
+                              "stat_tol per iteration", mu)
             if it >= max_iter:
                 return result(theta, ssr, n_iter + it, False,
                               f"reached max_iter={max_iter} Jacobian passes", mu)
