@@ -22,10 +22,18 @@ from ._validation import check_count, check_positive
 from .initialization import check_init_measure, random_start
 from .measure import MixingMeasure
 from .optim import run_starts
+from .search import count_agreeing, has_sign_symmetry, race
 from .parameters import make_bounds, n_params, pack, unpack
 from .regression import evaluate
 
 __all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor"]
+
+#: Local solvers: name -> label in messages.
+SOLVERS = {"lm": "Levenberg-Marquardt", "lbfgs": "L-BFGS-B"}
+#: ``n_candidates="auto"`` races this many candidates per start kept.
+AUTO_CANDIDATES = 8
+#: Starts within ``AGREE_TOL · σ̂²/n`` of the best objective count as agreeing with it.
+AGREE_TOL = 1.0
 
 
 class HMoERegressor(RegressorMixin, BaseEstimator):
@@ -52,11 +60,28 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
     activation : {"sigmoid", "tanh", "gelu", "silu"}, default="sigmoid"
         The non-linearity ``φ`` of the gate (unused for ``gate="none"``).
     n_starts : int, default=4
-        Number of L-BFGS-B starts; the best objective is kept.
+        Number of starts run to convergence; the best objective is kept.
     max_iter : int, default=1000
-        Iteration cap of each start. Gated fits often need hundreds of iterations.
+        Iteration cap of each start (L-BFGS-B iterations, or Levenberg–Marquardt
+        iterations, i.e. Jacobian passes). Gated fits need hundreds of L-BFGS-B iterations,
+        and tens of Levenberg–Marquardt ones.
     tol : float, default=1e-9
-        ``ftol`` and ``gtol`` of L-BFGS-B.
+        ``ftol`` and ``gtol`` of L-BFGS-B; for ``solver="lm"``, the relative decrease of the
+        objective below which a start has converged (it also stops once a Gauss–Newton step
+        would lower the objective by less than 1% of ``σ̂²/n``,
+        :mod:`hmoe_estim.gauss_newton`).
+    solver : {"lm", "lbfgs"}, default="lm"
+        Local solver of each start. ``"lm"``: bounded Levenberg–Marquardt on the fused
+        ``JᵀJ`` / ``Jᵀr`` kernel (:mod:`hmoe_estim.gauss_newton`), with the racing and
+        signed-weight search of :mod:`hmoe_estim.search`. ``"lbfgs"``: L-BFGS-B on the
+        objective and gradient, from ``n_starts`` random starts (the toolkit's earlier
+        default; kept for comparisons).
+    n_candidates : int or "auto", default="auto"
+        ``solver="lm"`` only: random starts raced for ``race_iter`` iterations before the
+        best ``n_starts`` run to convergence (``"auto"``: ``8 · n_starts``). Must be
+        ``>= n_starts``; ``n_candidates = n_starts`` switches racing off.
+    race_iter : int, default=5
+        ``solver="lm"`` only: iterations every candidate runs before the race is decided.
     param_bound : float, default=10.0
         Every entry of ``M`` and ``a`` lies in ``[-param_bound, param_bound]`` (A.1).
     omega_max : float, default=10.0
@@ -79,7 +104,15 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
     objective_ : float
         Best mean squared residual over the starts.
     start_objectives_ : ndarray of shape (n_starts,)
-        Final objective of every start.
+        Final objective of every start run to convergence.
+    n_starts_agreeing_ : int
+        How many of those starts ended within ``1 · σ̂²/n`` of the best objective
+        (``σ̂²`` = the best objective, an estimate of the noise variance; ``n`` = samples):
+        the optimum was found that many times. 1 means it was found once only — more
+        starts or ``n_candidates`` may find a lower one.
+    n_kernel_passes_ : int
+        Passes over the data of the whole fit (objective/gradient, Jacobian and forward
+        evaluations, abandoned race candidates included).
     start_n_iter_ : ndarray of shape (n_starts,)
         Iterations of every start.
     n_iter_ : int
@@ -113,6 +146,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         n_starts=4,
         max_iter=1000,
         tol=1e-9,
+        solver="lm",
+        n_candidates="auto",
+        race_iter=5,
         param_bound=10.0,
         omega_max=10.0,
         init="random",
@@ -128,6 +164,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         self.n_starts = n_starts
         self.max_iter = max_iter
         self.tol = tol
+        self.solver = solver
+        self.n_candidates = n_candidates
+        self.race_iter = race_iter
         self.param_bound = param_bound
         self.omega_max = omega_max
         self.init = init
@@ -147,7 +186,33 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         check_positive(self.tol, "tol")
         check_positive(self.param_bound, "param_bound")
         check_positive(self.omega_max, "omega_max")
+        if not isinstance(self.solver, str) or self.solver not in SOLVERS:
+            raise ValueError(
+                f"Unknown solver {self.solver!r}. Use one of {list(SOLVERS)}: 'lm' (bounded "
+                "Levenberg-Marquardt with racing starts) or 'lbfgs' (L-BFGS-B)."
+            )
+        check_count(self.race_iter, "race_iter", 1)
+        if not (isinstance(self.n_candidates, str) and self.n_candidates == "auto"):
+            try:
+                m = check_count(self.n_candidates, "n_candidates", 1)
+            except ValueError:
+                raise ValueError(
+                    f"n_candidates must be 'auto' or an integer >= n_starts; got "
+                    f"{self.n_candidates!r}."
+                ) from None
+            if m < self.n_starts:
+                raise ValueError(
+                    f"n_candidates={m} is smaller than n_starts={self.n_starts}: the race keeps "
+                    "n_starts of the candidates. Raise n_candidates or lower n_starts."
+                )
         return H, N, K
+
+    def _n_candidates(self):
+        if self.solver != "lm":
+            return self.n_starts
+        if isinstance(self.n_candidates, str):
+            return AUTO_CANDIDATES * self.n_starts
+        return int(self.n_candidates)
 
     def _init_measures(self, shape):
         init = self.init
@@ -208,8 +273,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         lower, upper = make_bounds(shape, omega_max=self.omega_max, param_bound=self.param_bound)
         x_rms = float(np.sqrt(np.mean(X**2)))
         y_scale = float(np.std(y)) if np.std(y) > 0 else float(np.mean(np.abs(y))) + 1e-3
-        starts = [np.clip(pack(m), lower, upper) for m in init_measures[: self.n_starts]]
-        while len(starts) < self.n_starts:
+        n_cand = self._n_candidates()
+        starts = [np.clip(pack(m), lower, upper) for m in init_measures[:n_cand]]
+        while len(starts) < n_cand:
             m = random_start(
                 shape, rng, x_rms=x_rms, y_scale=y_scale,
                 omega_max=self.omega_max, param_bound=self.param_bound,
@@ -222,11 +288,20 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         # check_regressors_int caught it)
         XT = np.require(X.T, requirements=["C", "W"])
         y = np.require(y, dtype=np.float64, requirements=["C", "W"])
-        results = run_starts(
-            starts, XT, y, shape, self.gate, self.activation,
-            (lower, upper), max_iter=self.max_iter, tol=self.tol,
-            n_jobs=self.n_jobs, verbose=self.verbose,
-        )
+        if self.solver == "lm":
+            results, _, abandoned = race(
+                starts, XT, y, shape, self.gate, self.activation, (lower, upper),
+                n_keep=self.n_starts, race_iter=self.race_iter, max_iter=self.max_iter,
+                tol=self.tol, signed=has_sign_symmetry(self.gate, self.activation),
+                n_jobs=self.n_jobs, verbose=self.verbose,
+            )
+        else:
+            results = run_starts(
+                starts, XT, y, shape, self.gate, self.activation,
+                (lower, upper), max_iter=self.max_iter, tol=self.tol,
+                n_jobs=self.n_jobs, verbose=self.verbose,
+            )
+            abandoned = 0
         objectives = np.array([r.objective for r in results])
         if not np.any(np.isfinite(objectives)):
             raise ValueError(
@@ -246,6 +321,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         self.measure_ = unpack(res.theta, shape)
         self.objective_ = float(res.objective)
         self.start_objectives_ = objectives
+        self.n_starts_agreeing_ = count_agreeing(objectives, n, AGREE_TOL)
+        self.n_kernel_passes_ = int(sum(r.n_passes for r in results) + abandoned)
         self.start_n_iter_ = np.array([r.n_iter for r in results])
         self.start_converged_ = np.array([r.converged for r in results])
         self.n_iter_ = int(res.n_iter)
@@ -253,8 +330,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         self.best_start_ = best
         if not res.converged:
             warnings.warn(
-                f"L-BFGS-B did not converge for the best start ({res.message}) after "
-                f"{res.n_iter} iterations. Increase max_iter (now {self.max_iter}) or tol "
+                f"{SOLVERS[self.solver]} did not converge for the best start ({res.message}) "
+                f"after {res.n_iter} iterations. Increase max_iter (now {self.max_iter}) or tol "
                 f"(now {self.tol}).",
                 ConvergenceWarning,
                 stacklevel=2,
@@ -305,6 +382,9 @@ class _PresetRegressor(HMoERegressor):
         n_starts=4,
         max_iter=1000,
         tol=1e-9,
+        solver="lm",
+        n_candidates="auto",
+        race_iter=5,
         param_bound=10.0,
         omega_max=10.0,
         init="random",
@@ -319,6 +399,9 @@ class _PresetRegressor(HMoERegressor):
         self.n_starts = n_starts
         self.max_iter = max_iter
         self.tol = tol
+        self.solver = solver
+        self.n_candidates = n_candidates
+        self.race_iter = race_iter
         self.param_bound = param_bound
         self.omega_max = omega_max
         self.init = init

@@ -53,7 +53,7 @@ STALL_WINDOW = 10
 class LMResult(StartResult):
     """A :class:`~hmoe_estim.optim.StartResult` with the kernel passes and the final damping.
 
-    ``n_jac``: calls of the Jacobian kernel (one per iteration, plus the start);
+    ``n_passes = n_jac + n_fev``; ``n_jac``: calls of the Jacobian kernel (one per iteration, plus the start);
     ``n_fev``: calls of the forward-only sum of squares (trial points);
     ``damping``: the final ``μ`` (to resume the start); ``offset``: the fitted intercept
     (0 unless ``fit_offset``).
@@ -64,10 +64,8 @@ class LMResult(StartResult):
     damping: float = _MU0
     offset: float = 0.0
 
-    @property
-    def kernel_passes(self):
-        """Passes over the data: Jacobian passes plus forward passes."""
-        return self.n_jac + self.n_fev
+    def __post_init__(self):
+        self.n_passes = self.n_jac + self.n_fev
 
 
 def _solve(A, g, free, dscale, mu):
@@ -261,23 +259,34 @@ def _run_one(theta0, XT, y, shape, gate, activation, lower, upper, kwargs, n_thr
 
 
 def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None, verbose=0,
-                  **kwargs):
+                  mu0s=None, counts=None, **kwargs):
     """Run :func:`levenberg_marquardt` from every start (joblib when ``n_jobs`` asks).
 
-    ``kwargs`` go to :func:`levenberg_marquardt`; a start may be a ``(theta, damping)`` pair
-    to resume it. Returns the list of :class:`LMResult` in start order.
+    ``kwargs`` go to :func:`levenberg_marquardt`. To resume starts, ``mu0s`` gives each its
+    damping and ``counts`` its ``(n_jac, n_fev, n_iter)`` so far. Returns the list of
+    :class:`LMResult` in start order.
     """
     import os
 
     from joblib import Parallel, delayed, effective_n_jobs
 
     lower, upper = bounds
+    per_start = []
+    for j in range(len(starts)):
+        kw = dict(kwargs)
+        if mu0s is not None:
+            kw["mu0"] = mu0s[j]
+        if counts is not None:
+            kw["n_jac"], kw["n_fev"], kw["n_iter"] = counts[j]
+        per_start.append(kw)
+    if not starts:
+        return []
     jobs = min(effective_n_jobs(n_jobs), len(starts))
     if jobs <= 1:
-        return [_run_one(t, XT, y, shape, gate, activation, lower, upper, kwargs, None)
-                for t in starts]
+        return [_run_one(t, XT, y, shape, gate, activation, lower, upper, kw, None)
+                for t, kw in zip(starts, per_start)]
     threads = max(1, (os.cpu_count() or 1) // jobs)
     return Parallel(n_jobs=jobs, verbose=max(0, verbose - 1))(
-        delayed(_run_one)(t, XT, y, shape, gate, activation, lower, upper, kwargs, threads)
-        for t in starts
+        delayed(_run_one)(t, XT, y, shape, gate, activation, lower, upper, kw, threads)
+        for t, kw in zip(starts, per_start)
     )

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hmoe_estim._names import ACTIVATION_CODES, ACTIVATIONS, GATE_CODES, GATES
-from hmoe_estim.kernels.jacobian import gauss_newton_sums, sum_of_squares
+from hmoe_estim.kernels.jacobian import gauss_newton_sums, jacobian_matrix, sum_of_squares
 from hmoe_estim.kernels.objective import BLOCK, objective_and_gradient, predict
 from hmoe_estim.parameters import n_params
 
@@ -53,6 +53,9 @@ def test_gauss_newton_sums_match_numpy_jacobian(gate, activation, shape):
     np.testing.assert_allclose(Jtr, J.T @ r, rtol=1e-6, atol=1e-7 * np.abs(J.T @ r).max())
     np.testing.assert_allclose(colsum, J.sum(0), rtol=1e-6, atol=1e-7 * np.abs(J).sum(0).max())
     assert ssr == pytest.approx(r @ r, rel=1e-12)
+    Jk = jacobian_matrix(theta, XT, *shape, g, a)  # the explicit Jacobian, same derivatives
+    np.testing.assert_allclose(Jk, J, rtol=1e-5, atol=1e-7 * np.abs(J).max())
+    np.testing.assert_allclose(JtJ, Jk.T @ Jk, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
     assert rsum == pytest.approx(r.sum(), rel=1e-10, abs=1e-12 * np.abs(r).sum())
     assert sum_of_squares(theta, XT, y, *shape, g, a, offset=offset) == pytest.approx(r @ r, rel=1e-12)
     # 2 Jᵀr is the gradient of the summed squares: the objective kernel's gradient times n

@@ -53,7 +53,7 @@ from .objective import (
 from .rows import combine_rows, gated_sum
 from .target import wide_vectors
 
-__all__ = ["gauss_newton_sums", "sum_of_squares"]
+__all__ = ["gauss_newton_sums", "sum_of_squares", "jacobian_matrix"]
 
 _FM = {"reassoc", "contract"}
 #: Doubles of per-chunk partial sums at most (8 MB): with many parameters, fewer chunks.
@@ -330,3 +330,33 @@ def sum_of_squares(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
     """``Σ_j (f_theta(x_j) + offset − y_j)²`` (forward pass only; same chunking as above)."""
     return _sum_of_squares(theta, XT, y, float(offset), H, N, K, D, gate, act,
                            get_num_threads())
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM)
+def _jacobian_matrix(theta, XT, H, N, K, D, gate, act):
+    n = XT.shape[1]
+    P = _offsets(H, N, K, D)[3]
+    bv = _mixed_values(theta, H, N, K, D, gate)
+    out = np.empty((n, P))
+    (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
+     fh) = _temporaries(H, N, K, D, gate)
+    J = np.empty((P, BLOCK))
+    for j0 in range(0, n, BLOCK):
+        b = min(BLOCK, n - j0)
+        _forward_block(XT, j0, b, theta, bv, H, N, K, gate, act,
+                       x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work)
+        _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, phu, dphu,
+                        v, du, fo, fh, coef)
+        for p in range(P):
+            for t in range(b):
+                out[j0 + t, p] = J[p, t]
+    return out
+
+
+def jacobian_matrix(theta, XT, H, N, K, D, gate, act):
+    """The n × P Jacobian ``J[j, p] = ∂f_theta(x_j)/∂theta_p`` (one thread; O(n·P) memory).
+
+    For references and tests only: the solvers use :func:`gauss_newton_sums`, which never
+    stores it.
+    """
+    return _jacobian_matrix(theta, XT, H, N, K, D, gate, act)

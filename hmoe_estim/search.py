@@ -1,0 +1,117 @@
+"""Global search for the least-squares estimator of eq. (3): racing, signed weights, agreement.
+
+The loss is non-convex; the theory is about its global minimiser. The search here uses no
+oracle (nothing about the truth), only the data and ordinary random starts:
+
+- **Racing** (successive halving in one round): ``n_candidates`` random starts each run
+  ``race_iter`` Levenberg–Marquardt iterations (:mod:`hmoe_estim.gauss_newton`); the
+  ``n_starts`` with the lowest objective then run to convergence, the others are abandoned.
+  A start's objective after a few Gauss–Newton steps already sorts most hopeless basins out.
+- **Signed weights** where the model has the symmetry ``(ω, a) ≡ (−ω, −a)``: for the linear
+  gates (``"none"``, ``"output"``: ``f`` depends on ``ω a`` only) and for an odd activation
+  (``tanh``) with the value or SDPA gate (``ω φ(−a·x) = −ω φ(a·x)``), the search runs over
+  ``ω ∈ [−ω_max, ω_max]`` — the same set of functions, so the same least-squares value —
+  and maps every channel with ``ω < 0`` back to ``(−ω, −a)`` at the end
+  (:func:`fold_signs`). A channel whose experts point the wrong way need not pass through
+  ``ω = 0`` (a bound where its gradient in ``a`` vanishes) to turn round.
+- **Agreement**: :func:`count_agreeing` counts the finished starts whose objective is within
+  ``agree_tol · σ̂²/n`` of the best (``σ̂²`` = best objective, the residual variance), so a
+  user without a truth sees whether the optimum was found more than once.
+"""
+
+import numpy as np
+
+from ._names import check_activation, check_gate
+
+__all__ = ["has_sign_symmetry", "fold_signs", "signed_bounds", "count_agreeing", "race"]
+
+#: Odd activations: ``φ(−z) = −φ(z)``.
+ODD_ACTIVATIONS = ("tanh",)
+
+
+def has_sign_symmetry(gate, activation):
+    """True when ``(ω, a) → (−ω, −a)`` on one channel leaves ``f`` unchanged."""
+    check_gate(gate)
+    check_activation(activation)
+    return gate in ("none", "output") or activation in ODD_ACTIVATIONS
+
+
+def signed_bounds(bounds, shape):
+    """The box with ``ω ∈ [−ω_max, ω_max]`` instead of ``[0, ω_max]``."""
+    lower, upper = bounds
+    H, N, K, D = shape
+    lower = lower.copy()
+    lower[: H * K] = -upper[: H * K]
+    return lower, upper
+
+
+def fold_signs(theta, shape):
+    """Map every channel with ``ω < 0`` to ``(−ω, −a)`` (same ``f`` under the symmetry)."""
+    H, N, K, D = shape
+    theta = np.array(theta, dtype=np.float64)
+    T = D * (D + 1) // 2
+    o2 = H * K + H * (N - 1) * T
+    a = theta[o2:].reshape(H, N, K, D)
+    for h in range(H):
+        for k in range(K):
+            if theta[h * K + k] < 0:
+                theta[h * K + k] = -theta[h * K + k]
+                a[h, :, k, :] *= -1.0
+    return theta
+
+
+def count_agreeing(objectives, n_samples, agree_tol=1.0):
+    """Starts whose objective is within ``agree_tol · best / n`` of the best one.
+
+    The objective is the mean squared residual; at the optimum it estimates ``σ²``, so
+    ``best / n`` is the natural unit ``σ̂²/n`` of differences between objectives (the gap
+    between the truth's objective and the least-squares optimum is a few of these units).
+    """
+    obj = np.asarray(objectives, dtype=float)
+    finite = obj[np.isfinite(obj)]
+    if finite.size == 0:
+        return 0
+    best = float(finite.min())
+    return int(np.sum(finite <= best + agree_tol * max(best, 0.0) / max(int(n_samples), 1)))
+
+
+def race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, max_iter, tol,
+         signed, n_jobs=None, verbose=0):
+    """Racing Levenberg–Marquardt from ``starts``; returns ``(results, kept, race_results)``.
+
+    Every start runs ``race_iter`` iterations; the ``n_keep`` lowest objectives (ties by
+    start order) are resumed up to ``max_iter`` iterations in all. ``results`` are the
+    finished starts (``LMResult``, parameters folded back to ``ω >= 0`` when ``signed``),
+    ``kept`` their indices in ``starts``.
+    """
+    from .gauss_newton import run_lm_starts
+
+    if signed:
+        bounds = signed_bounds(bounds, shape)
+    n_keep = min(n_keep, len(starts))
+    if len(starts) > n_keep and race_iter > 0:
+        first = run_lm_starts(starts, XT, y, shape, gate, activation, bounds, n_jobs=n_jobs,
+                              verbose=verbose, max_iter=race_iter, tol=tol)
+        objs = np.array([r.objective for r in first])
+        kept = [int(j) for j in np.argsort(objs, kind="stable")[:n_keep]]
+        todo = [j for j in kept if not first[j].converged and first[j].n_iter < max_iter
+                and np.isfinite(first[j].objective)]
+        resumed = run_lm_starts(
+            [first[j].theta for j in todo], XT, y, shape, gate, activation, bounds,
+            n_jobs=n_jobs, verbose=verbose, max_iter=max_iter - race_iter, tol=tol,
+            mu0s=[first[j].damping for j in todo],
+            counts=[(first[j].n_jac, first[j].n_fev, first[j].n_iter) for j in todo],
+        )
+        done = dict(zip(todo, resumed))
+        results = [done.get(j, first[j]) for j in kept]
+        passes_abandoned = sum(first[j].n_jac + first[j].n_fev for j in range(len(starts))
+                               if j not in kept)
+    else:
+        kept = list(range(len(starts)))
+        results = run_lm_starts(starts, XT, y, shape, gate, activation, bounds, n_jobs=n_jobs,
+                                verbose=verbose, max_iter=max_iter, tol=tol)
+        passes_abandoned = 0
+    if signed:
+        for r in results:
+            r.theta = fold_signs(r.theta, shape)
+    return results, kept, passes_abandoned
