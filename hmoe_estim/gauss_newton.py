@@ -68,6 +68,32 @@ class LMResult(StartResult):
         self.n_passes = self.n_jac + self.n_fev
 
 
+class _single_thread_blas:
+    """Limit the BLAS to one thread, once per batch of starts (the limit costs ~5 ms).
+
+    The P × P factorisations are tiny; a multi-threaded BLAS would only spin threads that
+    steal the cores of the Numba kernels. Nested uses are free.
+    """
+
+    _depth = 0
+
+    def __enter__(self):
+        if _single_thread_blas._depth == 0:
+            from threadpoolctl import threadpool_limits
+
+            self._ctx = threadpool_limits(limits=1, user_api="blas")
+        else:
+            self._ctx = None
+        _single_thread_blas._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        _single_thread_blas._depth -= 1
+        if self._ctx is not None:
+            self._ctx.unregister()
+        return False
+
+
 def _solve(A, g, free, dscale, mu):
     """``s_F = −(A_FF + μ diag(d_F))⁻¹ g_F``; ``None`` if the Cholesky factorisation fails."""
     Af = A[np.ix_(free, free)].copy()
@@ -118,8 +144,6 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
     LMResult
         ``objective`` is the mean squared residual ``Σ r² / n``.
     """
-    from threadpoolctl import threadpool_limits
-
     from .kernels.jacobian import gauss_newton_sums, sum_of_squares
 
     H, N, K, D = shape
@@ -157,7 +181,7 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             damping=float(mu), offset=float(off),
         )
 
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _single_thread_blas():
         A, g, ssr = sums(theta)
         n_jac += 1
         if not np.isfinite(ssr):
@@ -283,8 +307,9 @@ def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None
         return []
     jobs = min(effective_n_jobs(n_jobs), len(starts))
     if jobs <= 1:
-        return [_run_one(t, XT, y, shape, gate, activation, lower, upper, kw, None)
-                for t, kw in zip(starts, per_start)]
+        with _single_thread_blas():
+            return [_run_one(t, XT, y, shape, gate, activation, lower, upper, kw, None)
+                    for t, kw in zip(starts, per_start)]
     threads = max(1, (os.cpu_count() or 1) // jobs)
     return Parallel(n_jobs=jobs, verbose=max(0, verbose - 1))(
         delayed(_run_one)(t, XT, y, shape, gate, activation, lower, upper, kw, threads)

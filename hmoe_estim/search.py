@@ -84,6 +84,16 @@ def race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, m
     finished starts (``LMResult``, parameters folded back to ``ω >= 0`` when ``signed``),
     ``kept`` their indices in ``starts``.
     """
+    from .gauss_newton import _single_thread_blas
+
+    with _single_thread_blas():
+        return _race(starts, XT, y, shape, gate, activation, bounds, n_keep=n_keep,
+                     race_iter=race_iter, max_iter=max_iter, tol=tol, signed=signed,
+                     n_jobs=n_jobs, verbose=verbose)
+
+
+def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, max_iter, tol,
+          signed, n_jobs, verbose):
     from .gauss_newton import run_lm_starts
 
     if signed:
