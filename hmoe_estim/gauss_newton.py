@@ -24,7 +24,8 @@ of ``Σ r²`` a full Gauss–Newton step promises; the start has converged when
 ``stat_tol · σ̂²/n`` (default 1% of ``σ²/n``) —, when the last ``STALL_WINDOW`` = 10
 iterations lowered ``Σ r²`` by less than ``10 · stat_tol · σ̂²`` in all (creeping along a flat
 valley, as over-specified fits do), or when the damping has grown past ``1e16`` with ``δ``
-below ``1e-6 · Σ r²`` (no decrease is measurable in floating point). A start
+below ``1e-6 · Σ r²`` (no decrease is measurable in floating point), or when ``Σ r²`` is at
+the rounding level of the targets, ``n · (1e-13 · rms(y))²`` (noise-free data). A start
 never returns non-finite parameters: a start whose first objective is not finite ends at
 once, with ``objective = inf`` and the reason in ``message``.
 """
@@ -157,6 +158,8 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
         theta = np.clip(np.asarray(theta0, dtype=np.float64), lower, upper)
     P = theta.size
     nm = n if n > 0 else 1
+    # rounding level of Σ r²: residuals of a few ulp of the targets
+    floor = nm * (1e-13 * (float(np.sqrt(np.mean(y ** 2))) if n > 0 else 0.0)) ** 2
 
     def split(t):
         return (t[:-1], t[-1]) if fit_offset else (t, offset)
@@ -194,8 +197,9 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
         it = 0
         history = []
         while True:
-            if ssr == 0.0:
-                return result(theta, ssr, n_iter + it, True, "zero residual", mu)
+            if ssr <= floor:
+                return result(theta, ssr, n_iter + it, True,
+                              "the residuals are at rounding level", mu)
             dg = np.diag(A)
             dscale = np.maximum(dg, 1e-12 * max(float(dg.max(initial=0.0)), 1e-300))
             at_lo = theta <= lower
@@ -254,7 +258,7 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
                 mu *= nu
                 nu *= 2.0
             if not accepted:
-                ok = decrement <= 1e-6 * ssr
+                ok = decrement <= max(1e-6 * ssr, 1e6 * floor)
                 msg = ("no decrease measurable in floating point" if ok else
                        "the damping grew past 1e16 without a decrease")
                 return result(theta, ssr, n_iter + it, ok, msg, _MU0)
