@@ -33,6 +33,7 @@ once, with ``objective = inf`` and the reason in ``message``.
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from ._names import ACTIVATION_CODES, GATE_CODES
 from .optim import SERIAL_BELOW, StartResult
@@ -95,19 +96,54 @@ class _single_thread_blas:
         return False
 
 
+@njit(cache=True)
+def _damped_step(A, g, free, dscale, mu):
+    """``s_F = −(A_FF + μ diag(d_F))⁻¹ g_F`` by Cholesky, zero off ``F``; ``ok`` False if
+    the factorisation fails (``A_FF`` singular or indefinite in rounding) or ``s`` is not
+    finite."""
+    P = g.shape[0]
+    idx = np.empty(P, dtype=np.int64)
+    m = 0
+    for p in range(P):
+        if free[p]:
+            idx[m] = p
+            m += 1
+    L = np.zeros((m, m))
+    for i in range(m):
+        for j in range(i + 1):
+            v = A[idx[i], idx[j]]
+            if i == j:
+                v += mu * dscale[idx[i]]
+            for k in range(j):
+                v -= L[i, k] * L[j, k]
+            if i == j:
+                if not (v > 0.0):  # also catches NaN
+                    return np.zeros(P), False
+                L[i, i] = np.sqrt(v)
+            else:
+                L[i, j] = v / L[j, j]
+    w = np.empty(m)
+    for i in range(m):  # L w = −g_F
+        v = -g[idx[i]]
+        for k in range(i):
+            v -= L[i, k] * w[k]
+        w[i] = v / L[i, i]
+    s = np.zeros(P)
+    for i in range(m - 1, -1, -1):  # Lᵀ s_F = w
+        v = w[i]
+        for k in range(i + 1, m):
+            v -= L[k, i] * s[idx[k]]
+        s[idx[i]] = v / L[i, i]
+    for p in range(P):
+        if not np.isfinite(s[p]):
+            return np.zeros(P), False
+    return s, True
+
+
 def _solve(A, g, free, dscale, mu):
-    """``s_F = −(A_FF + μ diag(d_F))⁻¹ g_F``; ``None`` if the Cholesky factorisation fails."""
-    Af = A[np.ix_(free, free)].copy()
-    Af[np.diag_indices_from(Af)] += mu * dscale[free]
-    try:
-        L = np.linalg.cholesky(Af)
-    except np.linalg.LinAlgError:
-        return None
-    w = np.linalg.solve(L, -g[free])
-    s = np.linalg.solve(L.T, w)
-    if not np.all(np.isfinite(s)):
-        return None
-    return s
+    """Full-length damped step (zero off ``free``), or ``None`` if it cannot be computed."""
+    s, ok = _damped_step(A, g, free, dscale, mu)
+    return s if ok else None
 
 
 def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *, max_iter=200,
@@ -214,7 +250,7 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             while s_gn is None and eps < 1.0:
                 eps *= 100.0
                 s_gn = _solve(A, g, free, dscale, eps)
-            decrement = float(-g[free] @ s_gn) if s_gn is not None else np.inf
+            decrement = float(-g @ s_gn) if s_gn is not None else np.inf
             if decrement <= max(tol * ssr, stat_tol * ssr / nm):
                 return result(theta, ssr, n_iter + it, True,
                               "the Gauss-Newton decrement is below tolerance", mu)
@@ -235,9 +271,7 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
                     mu *= nu
                     nu *= 2.0
                     continue
-                step = np.zeros(P)
-                step[free] = s
-                cand = np.clip(theta + step, lower, upper)
+                cand = np.clip(theta + s, lower, upper)
                 d = cand - theta
                 pred = -(g @ d + 0.5 * d @ (A @ d))  # decrease of ½Σr² the model predicts
                 if not np.isfinite(pred) or pred <= 0.0:
