@@ -31,7 +31,7 @@ __all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor"]
 #: Local solvers: name -> label in messages.
 SOLVERS = {"lm": "Levenberg-Marquardt", "lbfgs": "L-BFGS-B"}
 #: ``n_candidates="auto"`` races this many candidates per start kept.
-AUTO_CANDIDATES = 8
+AUTO_CANDIDATES = 32
 #: Starts within ``AGREE_TOL · σ̂²/n`` of the best objective count as agreeing with it.
 AGREE_TOL = 1.0
 
@@ -78,7 +78,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         default; kept for comparisons).
     n_candidates : int or "auto", default="auto"
         ``solver="lm"`` only: random starts raced for ``race_iter`` iterations before the
-        best ``n_starts`` run to convergence (``"auto"``: ``8 · n_starts``). Must be
+        best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``). Must be
         ``>= n_starts``; ``n_candidates = n_starts`` switches racing off.
     race_iter : int, default=5
         ``solver="lm"`` only: iterations every candidate runs before the race is decided.

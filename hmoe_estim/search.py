@@ -135,3 +135,58 @@ def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, 
         for r in results:
             r.theta = fold_signs(r.theta, shape)
     return results, kept, race_passes
+
+
+def _channel_slices(shape):
+    """For each channel ``(h, k)``: index of ``ω[h, k]`` and the indices of ``a[h, :, k, :]``."""
+    H, N, K, D = shape
+    T = D * (D + 1) // 2
+    o2 = H * K + H * (N - 1) * T
+    out = []
+    for h in range(H):
+        for k in range(K):
+            idx = [o2 + ((h * N + i) * K + k) * D + d for i in range(N) for d in range(D)]
+            out.append((h * K + k, np.array(idx)))
+    return out
+
+
+def hop(best, XT, y, shape, gate, activation, bounds, draw, *, n_rounds, race_iter, max_iter,
+        tol, signed, n_jobs=None, verbose=0):
+    """Perturb-and-refit of the incumbent, one channel at a time (basin hopping).
+
+    Each round makes ``2·H·K`` candidates from the incumbent ``best`` (an ``LMResult``):
+    for every channel ``(h, k)``, one with the channel's weight and experts redrawn
+    (``draw()`` returns a random packed start; the channel is copied from it) and one with
+    the channel's experts negated (``a[h, :, k] → −a[h, :, k]``: for an odd ``φ`` the channel's
+    contribution changes sign, for the others a different function). The candidates are
+    raced (:func:`race`, 2 kept) and the best replaces the incumbent when it lowers the
+    objective by more than ``1 · σ̂²/n``; the search stops after a round without that.
+    Returns ``(best, passes, rounds_improved)``.
+    """
+    n = XT.shape[1]
+    passes = 0.0
+    improved = 0
+    slices = _channel_slices(shape)
+    for _ in range(n_rounds):
+        theta = best.theta
+        cands = []
+        for io, ia in slices:
+            t = theta.copy()
+            fresh = draw()
+            t[io] = fresh[io]
+            t[ia] = fresh[ia]
+            cands.append(t)
+            t = theta.copy()
+            t[ia] = -t[ia]
+            cands.append(t)
+        results, _, rp = race(cands, XT, y, shape, gate, activation, bounds, n_keep=2,
+                              race_iter=race_iter, max_iter=max_iter, tol=tol, signed=signed,
+                              n_jobs=n_jobs, verbose=verbose)
+        passes += rp + sum(r.n_passes for r in results)
+        cand = min(results, key=lambda r: r.objective)
+        if cand.objective < best.objective - max(best.objective, 0.0) / max(n, 1):
+            best = cand
+            improved += 1
+        else:
+            break
+    return best, passes, improved
