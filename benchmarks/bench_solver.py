@@ -19,7 +19,9 @@ zero-weight channel), so a fit whose objective exceeds the truth's objective by 
 fit (objective+gradient evaluations for L-BFGS-B; Jacobian + forward passes for LM and trf,
 abandoned race candidates included).
 
-``--suite preset`` instead fits the quick preset's configuration (``D = 3``, ``K* = 2`` fitted
+``--suite tanh`` fits the hard case ``D = 2``, ``K = K* = 2``, tanh, value gate, ``σ = 0.05``
+(use ``--n 20000``) with ``lbfgs`` and ``lm``, and counts the starts that reach the truth's
+objective. ``--suite preset`` instead fits the quick preset's configuration (``D = 3``, ``K* = 2`` fitted
 with ``K = 3``, sigmoid, ``σ = 0.1``, gates none/value/sdpa, the preset's truth) with
 ``lbfgs`` and ``lm`` over replications of the data, at the ``--n`` values.
 
@@ -47,7 +49,7 @@ GATE_ACTS = {"none": ["sigmoid"], "value": ["sigmoid", "tanh", "gelu", "silu"],
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--suite", choices=["truths", "preset"], default="truths")
+    ap.add_argument("--suite", choices=["truths", "preset", "tanh"], default="truths")
     ap.add_argument("--n", default="1000,10000", help="sample sizes, comma-separated")
     ap.add_argument("--seeds", type=int, default=3, help="truths per group (truths suite)")
     ap.add_argument("--reps", type=int, default=4, help="data sets per n (preset suite)")
@@ -148,7 +150,7 @@ def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed):
             starts = [np.clip(pack(random_start(shape, rng, x_rms=xr, y_scale=float(np.std(y)))),
                               lower, upper) for _ in range(4)]
             obj, conv, passes = fit_trf(X, y, shape, gate, act, starts, lower, upper)
-            agree = None
+            agree = starts_below = None
         else:
             est = HMoERegressor(n_heads=H, n_tokens=N, n_experts=K, gate=gate, activation=act,
                                 solver=m, random_state=seed)
@@ -157,11 +159,14 @@ def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed):
                 est.fit(X, y)
             obj, conv, passes = est.objective_, est.converged_, est.n_kernel_passes_
             agree = est.n_starts_agreeing_
+            starts_below = int(np.sum(est.start_objectives_ <= truth_obj + cert_tol * unit))
         wall = time.perf_counter() - t0
         excess = (obj - truth_obj) / unit
         out["methods"][m] = {
             "objective": obj, "excess_sigma2_over_n": excess, "failure": bool(excess > cert_tol),
             "wall": wall, "passes": passes, "converged": bool(conv), "n_starts_agreeing": agree,
+            "starts_not_above_truth": starts_below,
+            "n_finished": None if m == "trf" else int(len(est.start_objectives_)),
         }
     return out
 
@@ -207,7 +212,15 @@ def main(argv=None):
     n_values = [int(float(v)) for v in args.n.split(",") if v]
     gates = [g for g in args.gates.split(",") if g]
     cases = []
-    if args.suite == "preset":
+    if args.suite == "tanh":
+        if "trf" in methods:
+            methods.remove("trf")
+        # the hard case: D = 2, H = 1, N = 2, K* = 2, tanh, value gate, fitted with
+        # the true K = 2 (identifiable), sigma = 0.05
+        args.noise = 0.05
+        G = random_measure(1, 2, 2, 2, scale=2.0, random_state=0)
+        plan = [("value", "tanh", 2, 2, G, n, rep) for n in n_values for rep in range(args.reps)]
+    elif args.suite == "preset":
         if "trf" in methods:
             methods.remove("trf")
         # the quick preset's truth (presets/quick.toml: [truth] seed 0, scale 2)
@@ -241,6 +254,12 @@ def main(argv=None):
                          f"{r['passes']:5d}p" for m, r in res["methods"].items())
         print(f"{gate:5s} {act:7s} K={K} D={D} n={n:6d} seed={s}  {line}", flush=True)
     keys = ["gate", "activation", "K"] if args.suite == "truths" else ["gate", "n"]
+    if args.suite == "tanh":
+        for m in methods:
+            rs = [c["result"]["methods"][m] for c in cases]
+            print(f"{m}: {sum(not r['failure'] for r in rs)} of {len(rs)} fits reach the truth's "
+                  f"objective; starts: {sum(r['starts_not_above_truth'] for r in rs)} of "
+                  f"{sum(r['n_finished'] for r in rs)} run to convergence")
     header, rows = summarize(cases, methods, keys)
     print()
     print(format_table(header, rows))

@@ -127,3 +127,20 @@ def test_estimator_validates_search_parameters(params, match):
     X, y = make_hmoe_regression(50, random_state=0)
     with pytest.raises(ValueError, match=match):
         HMoERegressor(**params).fit(X, y)
+
+
+def test_lm_fit_does_not_depend_on_the_thread_count():
+    import numba
+
+    X, y = make_hmoe_regression(3000, n_features=2, gate="sdpa", noise=0.05, random_state=1)
+    kw = dict(n_experts=2, gate="sdpa", n_starts=2, n_candidates=4, random_state=0)
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = HMoERegressor(**kw).fit(X, y)
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        two = HMoERegressor(**kw).fit(X, y)
+    finally:
+        numba.set_num_threads(old)
+    np.testing.assert_array_equal(one.theta_, two.theta_)
+    assert one.objective_ == two.objective_
