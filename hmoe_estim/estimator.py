@@ -80,7 +80,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         ``solver="lm"`` only: random starts raced for ``race_iter`` iterations before the
         best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``). Must be
         ``>= n_starts``; ``n_candidates = n_starts`` switches racing off.
-    race_iter : int, default=5
+    race_iter : int, default=10
         ``solver="lm"`` only: iterations every candidate runs before the race is decided.
     param_bound : float, default=10.0
         Every entry of ``M`` and ``a`` lies in ``[-param_bound, param_bound]`` (A.1).
@@ -148,7 +148,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         tol=1e-9,
         solver="lm",
         n_candidates="auto",
-        race_iter=5,
+        race_iter=10,
         param_bound=10.0,
         omega_max=10.0,
         init="random",
@@ -384,7 +384,7 @@ class _PresetRegressor(HMoERegressor):
         tol=1e-9,
         solver="lm",
         n_candidates="auto",
-        race_iter=5,
+        race_iter=10,
         param_bound=10.0,
         omega_max=10.0,
         init="random",
