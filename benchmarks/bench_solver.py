@@ -92,8 +92,6 @@ def fit_trf(X, y, shape, gate, act, starts, lower, upper):
     XT = np.require(X.T, requirements=["C", "W"])
     from threadpoolctl import threadpool_limits
 
-    passes = 0
-    best = None
     # one BLAS thread, as the estimator's solvers: idle BLAS threads spinning after each
     # SVD steal the cores of the Numba kernels (measured: 10-50x slower fits without)
     with threadpool_limits(limits=1, user_api="blas"):
@@ -166,7 +164,7 @@ def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed):
             "objective": obj, "excess_sigma2_over_n": excess, "failure": bool(excess > cert_tol),
             "wall": wall, "passes": passes, "converged": bool(conv), "n_starts_agreeing": agree,
             "starts_not_above_truth": starts_below,
-            "n_finished": None if m == "trf" else int(len(est.start_objectives_)),
+            "n_finished": None if m == "trf" else len(est.start_objectives_),
         }
     return out
 

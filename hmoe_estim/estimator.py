@@ -22,9 +22,9 @@ from ._validation import check_count, check_positive
 from .initialization import check_init_measure, random_start
 from .measure import MixingMeasure
 from .optim import run_starts
-from .search import count_agreeing, has_sign_symmetry, race
 from .parameters import make_bounds, n_params, pack, unpack
 from .regression import evaluate
+from .search import count_agreeing, has_sign_symmetry, race
 
 __all__ = ["HMoERegressor", "MHARegressor", "G1Regressor", "G2Regressor"]
 

@@ -6,7 +6,12 @@ import warnings
 import numpy as np
 import pytest
 
-from hmoe_estim import HMoERegressor, MixingMeasure, make_hmoe_regression, regression_function
+from hmoe_estim import (
+    HMoERegressor,
+    MixingMeasure,
+    make_hmoe_regression,
+    regression_function,
+)
 from hmoe_estim.gauss_newton import levenberg_marquardt
 from hmoe_estim.parameters import make_bounds, n_params, pack
 from hmoe_estim.search import count_agreeing, fold_signs, has_sign_symmetry, race

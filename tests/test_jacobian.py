@@ -14,7 +14,11 @@ import numpy as np
 import pytest
 
 from hmoe_estim._names import ACTIVATION_CODES, ACTIVATIONS, GATE_CODES, GATES
-from hmoe_estim.kernels.jacobian import gauss_newton_sums, jacobian_matrix, sum_of_squares
+from hmoe_estim.kernels.jacobian import (
+    gauss_newton_sums,
+    jacobian_matrix,
+    sum_of_squares,
+)
 from hmoe_estim.kernels.objective import BLOCK, objective_and_gradient, predict
 from hmoe_estim.parameters import n_params
 
