@@ -5,8 +5,11 @@ The estimator solves the excerpt's eq. (3),
     Ĝ_n ∈ argmin_G Σ_j (Y_j − f_G(X_j))²,
 
 over the (H, K, N)-HMoE class of the chosen gate position, with ``omega >= 0`` (A.2),
-``M[h, N-1] = 0`` (A.3) and a box on every parameter (A.1). The loss is non-convex: L-BFGS-B
-runs from ``n_starts`` starting points and the best objective is kept.
+``M[h, N-1] = 0`` (A.3) and a box on every parameter (A.1). The loss is non-convex: by default
+many random starts are raced with a bounded Levenberg–Marquardt solver
+(``hmoe_estim.gauss_newton``, ``hmoe_estim.search``), ``n_starts`` of them run to
+convergence and the best objective is kept; ``solver="lbfgs"`` runs L-BFGS-B from ``n_starts``
+starts instead.
 """
 
 import warnings
@@ -69,11 +72,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         ``ftol`` and ``gtol`` of L-BFGS-B; for ``solver="lm"``, the relative decrease of the
         objective below which a start has converged (it also stops once a Gauss–Newton step
         would lower the objective by less than 1% of ``σ̂²/n``,
-        :mod:`hmoe_estim.gauss_newton`).
+        ``hmoe_estim.gauss_newton``).
     solver : {"lm", "lbfgs"}, default="lm"
         Local solver of each start. ``"lm"``: bounded Levenberg–Marquardt on the fused
-        ``JᵀJ`` / ``Jᵀr`` kernel (:mod:`hmoe_estim.gauss_newton`), with the racing and
-        signed-weight search of :mod:`hmoe_estim.search`. ``"lbfgs"``: L-BFGS-B on the
+        ``JᵀJ`` / ``Jᵀr`` kernel (``hmoe_estim.gauss_newton``), with the racing and
+        signed-weight search of ``hmoe_estim.search``. ``"lbfgs"``: L-BFGS-B on the
         objective and gradient, from ``n_starts`` random starts (the toolkit's earlier
         default; kept for comparisons).
     n_candidates : int or "auto", default="auto"
@@ -228,7 +231,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
 
     # -- fitting -------------------------------------------------------------------------
     def fit(self, X, y):
-        """Fit the HMoE by multi-start L-BFGS-B least squares.
+        """Fit the HMoE by multi-start least squares (``solver``: Levenberg–Marquardt or L-BFGS-B).
 
         Parameters
         ----------
