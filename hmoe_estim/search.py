@@ -8,6 +8,8 @@ oracle (nothing about the truth), only the data and ordinary random starts:
   ``n_starts`` with the lowest objective then run to convergence on all the data, the others
   are abandoned. The race runs on at most ``RACE_SAMPLES`` evenly spaced samples.
   A start's objective after a few Gauss–Newton steps already sorts most hopeless basins out.
+  The estimator's defaults (128 candidates for 4 starts, 10 iterations) are measured in
+  ``benchmarks/bench_solver.py``: no certified failure in 108 fits of its suite.
 - **Signed weights** where the model has the symmetry ``(ω, a) ≡ (−ω, −a)``: for the linear
   gates (``"none"``, ``"output"``: ``f`` depends on ``ω a`` only) and for an odd activation
   (``tanh``) with the value or SDPA gate (``ω φ(−a·x) = −ω φ(a·x)``), the search runs over
@@ -15,6 +17,9 @@ oracle (nothing about the truth), only the data and ordinary random starts:
   and maps every channel with ``ω < 0`` back to ``(−ω, −a)`` at the end
   (:func:`fold_signs`). A channel whose experts point the wrong way need not pass through
   ``ω = 0`` (a bound where its gradient in ``a`` vanishes) to turn round.
+- **Perturb-and-refit** (:func:`hop`, not a default): redraw or negate one channel of the
+  incumbent at a time and race the candidates. Measured on 12 fits of hard tanh truths, it
+  improved none; more raced candidates fixed them (see the user guide's solver page).
 - **Agreement**: :func:`count_agreeing` counts the finished starts whose objective is within
   ``agree_tol · σ̂²/n`` of the best (``σ̂²`` = best objective, the residual variance), so a
   user without a truth sees whether the optimum was found more than once.
@@ -24,7 +29,7 @@ import numpy as np
 
 from ._names import check_activation, check_gate
 
-__all__ = ["has_sign_symmetry", "fold_signs", "signed_bounds", "count_agreeing", "race"]
+__all__ = ["has_sign_symmetry", "fold_signs", "signed_bounds", "count_agreeing", "race", "hop"]
 
 #: The race runs on at most this many (evenly spaced) samples: a few Gauss–Newton steps
 #: sort the basins as well on a subsample, at a fraction of the cost when ``n`` is large.
