@@ -83,3 +83,20 @@ def test_peer_registry(peers):
         peers.make_peer("fortran", np.zeros((2, 2)), np.zeros(2), (1, 2, 1, 2))
     with pytest.raises(ValueError, match="Unknown gate"):
         peers.make_numpy(np.zeros((2, 2)), np.zeros(2), (1, 2, 1, 2), gate="dense")
+
+
+def test_bench_solver_quick_runs(tmp_path):
+    out = tmp_path / "solver.json"
+    cmd = [sys.executable, os.path.join(BENCH, "bench_solver.py"), "--quick", "--threads", "1",
+           "--json", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "lm fail" in res.stdout and "lbfgs fail" in res.stdout and "trf fail" in res.stdout
+    import json
+
+    data = json.loads(out.read_text())
+    assert len(data["cases"]) == 4
+    for case in data["cases"]:
+        for m in ("lbfgs", "trf", "lm"):
+            r = case["result"]["methods"][m]
+            assert np.isfinite(r["objective"]) and r["passes"] > 0

@@ -110,9 +110,11 @@ def test_integer_target_fits_like_float_target(gate):
         m_int = HMoERegressor(**kw).fit(X, y).measure_
         m_float = HMoERegressor(**kw).fit(X, y.astype(float)).measure_
     assert m_int == m_float
+    from hmoe_estim.kernels.jacobian import _gauss_newton_sums, _sum_of_squares
     from hmoe_estim.kernels.objective import _objective_and_gradient
 
-    assert {str(sig[2].dtype) for sig in _objective_and_gradient.signatures} == {"float64"}
+    kernels = (_objective_and_gradient, _gauss_newton_sums, _sum_of_squares)
+    assert {str(sig[2].dtype) for k in kernels for sig in k.signatures} == {"float64"}
 
 
 def test_clone_params_pickle_pipeline_gridsearch():

@@ -5,8 +5,11 @@ The estimator solves the paper's eq. (3),
     Ĝ_n ∈ argmin_G Σ_j (Y_j − f_G(X_j))²,
 
 over the (H, K, N)-HMoE class of the chosen gate position, with ``omega >= 0`` (A.2),
-``M[h, N-1] = 0`` (A.3) and a box on every parameter (A.1). The loss is non-convex: L-BFGS-B
-runs from ``n_starts`` starting points and the best objective is kept.
+``M[h, N-1] = 0`` (A.3) and a box on every parameter (A.1). The loss is non-convex: by default
+many random starts are raced with a bounded Levenberg–Marquardt solver
+(``solvers/_gauss_newton.py``, ``solvers/_search.py``), ``n_starts`` of them run to
+convergence and the best objective is kept; ``solver="lbfgs"`` runs L-BFGS-B from ``n_starts``
+starts instead.
 
 Options for real data, all off by default (the defaults are the paper's model, so studies do
 not move): ``fit_intercept`` (a free constant added to ``f``), ``positive_weights=False``
@@ -30,6 +33,7 @@ from ..model._parameters import make_bounds, n_params, pack, unpack
 from ..model._regression import evaluate
 from ..model._starts import check_init_measure, random_start
 from ..solvers._multistart import run_starts
+from ..solvers._search import count_agreeing, has_sign_symmetry, race
 from . import _guards
 from ._warnings import PoorFitWarning, diagnose_fit
 
@@ -41,6 +45,13 @@ def _check_flag(value, name):
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be True or False; got {value!r}.")
     return bool(value)
+
+#: Local solvers: name -> label in messages.
+SOLVERS = {"lm": "Levenberg-Marquardt", "lbfgs": "L-BFGS-B"}
+#: ``n_candidates="auto"`` races this many candidates per start kept.
+AUTO_CANDIDATES = 32
+#: Starts within ``AGREE_TOL · σ̂²/n`` of the best objective count as agreeing with it.
+AGREE_TOL = 1.0
 
 
 class HMoERegressor(RegressorMixin, BaseEstimator):
@@ -67,11 +78,30 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
     activation : {"sigmoid", "tanh", "gelu", "silu"}, default="sigmoid"
         The non-linearity ``φ`` of the gate (unused for ``gate="none"``).
     n_starts : int, default=4
-        Number of L-BFGS-B starts; the best objective is kept.
+        Number of starts run to convergence; the best objective is kept.
     max_iter : int, default=1000
-        Iteration cap of each start. Gated fits often need hundreds of iterations.
+        Iteration cap of each start (L-BFGS-B iterations, or Levenberg–Marquardt
+        iterations, i.e. Jacobian passes). Gated fits need hundreds of L-BFGS-B iterations,
+        and tens of Levenberg–Marquardt ones.
     tol : float, default=1e-9
-        ``ftol`` and ``gtol`` of L-BFGS-B.
+        ``ftol`` and ``gtol`` of L-BFGS-B; for ``solver="lm"``, the relative decrease of the
+        objective below which a start has converged (it also stops once a Gauss–Newton step
+        would lower the objective by less than 1% of ``σ̂²/n``,
+        ``solvers/_gauss_newton.py``).
+    solver : {"lm", "lbfgs"}, default="lm"
+        Local solver of each start. ``"lm"``: bounded Levenberg–Marquardt on the fused
+        ``JᵀJ`` / ``Jᵀr`` kernel (``solvers/_gauss_newton.py``), with the racing and
+        signed-weight search of ``solvers/_search.py``. ``"lbfgs"``: L-BFGS-B on the
+        objective and gradient, from ``n_starts`` random starts (the toolkit's earlier
+        default; kept for comparisons). With ``fit_intercept=True`` or ``alpha > 0`` the fit
+        uses L-BFGS-B whatever ``solver`` says (the LM search does not carry those options
+        yet); ``solver_`` records the solver that ran.
+    n_candidates : int or "auto", default="auto"
+        ``solver="lm"`` only: random starts raced for ``race_iter`` iterations before the
+        best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``). Must be
+        ``>= n_starts``; ``n_candidates = n_starts`` switches racing off.
+    race_iter : int, default=10
+        ``solver="lm"`` only: iterations every candidate runs before the race is decided.
     param_bound : float, default=10.0
         Every entry of ``M`` and ``a`` lies in ``[-param_bound, param_bound]`` (A.1).
     omega_max : float, default=10.0
@@ -112,7 +142,17 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         Best objective over the starts: the mean squared residual (plus the penalty when
         ``alpha > 0``).
     start_objectives_ : ndarray of shape (n_starts,)
-        Final objective of every start.
+        Final objective of every start run to convergence.
+    n_starts_agreeing_ : int
+        How many of those starts ended within ``1 · σ̂²/n`` of the best objective
+        (``σ̂²`` = the best objective, an estimate of the noise variance; ``n`` = samples):
+        the optimum was found that many times. 1 means it was found once only — more
+        starts or ``n_candidates`` may find a lower one.
+    solver_ : {"lm", "lbfgs"}
+        The solver that ran (see ``solver``).
+    n_kernel_passes_ : int
+        Passes over the data of the whole fit (objective/gradient, Jacobian and forward
+        evaluations, abandoned race candidates included).
     start_n_iter_ : ndarray of shape (n_starts,)
         Iterations of every start.
     n_iter_ : int
@@ -149,6 +189,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         n_starts=4,
         max_iter=1000,
         tol=1e-9,
+        solver="lm",
+        n_candidates="auto",
+        race_iter=10,
         param_bound=10.0,
         omega_max=10.0,
         init="random",
@@ -167,6 +210,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         self.n_starts = n_starts
         self.max_iter = max_iter
         self.tol = tol
+        self.solver = solver
+        self.n_candidates = n_candidates
+        self.race_iter = race_iter
         self.param_bound = param_bound
         self.omega_max = omega_max
         self.init = init
@@ -192,7 +238,41 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         _check_flag(self.fit_intercept, "fit_intercept")
         _check_flag(self.positive_weights, "positive_weights")
         check_positive(self.alpha, "alpha", allow_zero=True)
+        if not isinstance(self.solver, str) or self.solver not in SOLVERS:
+            raise ValueError(
+                f"Unknown solver {self.solver!r}. Use one of {list(SOLVERS)}: 'lm' (bounded "
+                "Levenberg-Marquardt with racing starts) or 'lbfgs' (L-BFGS-B)."
+            )
+        check_count(self.race_iter, "race_iter", 1)
+        if not (isinstance(self.n_candidates, str) and self.n_candidates == "auto"):
+            try:
+                m = check_count(self.n_candidates, "n_candidates", 1)
+            except ValueError:
+                raise ValueError(
+                    f"n_candidates must be 'auto' or an integer >= n_starts; got "
+                    f"{self.n_candidates!r}."
+                ) from None
+            if m < self.n_starts:
+                raise ValueError(
+                    f"n_candidates={m} is smaller than n_starts={self.n_starts}: the race keeps "
+                    "n_starts of the candidates. Raise n_candidates or lower n_starts."
+                )
         return H, N, K
+
+    def _solver_used(self):
+        """The solver that runs: ``self.solver``, except that the Levenberg–Marquardt search
+        does not carry ``fit_intercept`` or ``alpha > 0`` yet, so those fits use L-BFGS-B
+        (recorded in ``solver_``)."""
+        if self.solver == "lm" and (bool(self.fit_intercept) or float(self.alpha) > 0):
+            return "lbfgs"
+        return self.solver
+
+    def _n_candidates(self):
+        if self._solver_used() != "lm":
+            return self.n_starts
+        if isinstance(self.n_candidates, str):
+            return AUTO_CANDIDATES * self.n_starts
+        return int(self.n_candidates)
 
     def _init_measures(self, shape):
         init = self.init
@@ -213,7 +293,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
 
     # -- fitting -------------------------------------------------------------------------
     def fit(self, X, y):
-        """Fit the HMoE by multi-start L-BFGS-B least squares.
+        """Fit the HMoE by multi-start least squares (``solver``: Levenberg–Marquardt or L-BFGS-B).
 
         Parameters
         ----------
@@ -288,11 +368,13 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         X, y = X / s_x, (y - y_offset) / s_y
         x_rms = float(np.sqrt(np.mean(X**2)))
         y_scale = float(np.std(y)) if np.std(y) > 0 else float(np.mean(np.abs(y))) + 1e-3
+        solver = self._solver_used()
+        n_cand = self._n_candidates()
         starts = [
             np.clip(np.concatenate([pack(m), tail]) * v, lower, upper)
-            for m in init_measures[: self.n_starts]
+            for m in init_measures[:n_cand]
         ]
-        while len(starts) < self.n_starts:
+        while len(starts) < n_cand:
             m = random_start(
                 shape, rng, x_rms=x_rms, y_scale=y_scale,
                 omega_max=self.omega_max, param_bound=self.param_bound,
@@ -306,12 +388,21 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         # check_regressors_int caught it)
         XT = np.require(X.T, requirements=["C", "W"])
         y = np.require(y, dtype=np.float64, requirements=["C", "W"])
-        results = run_starts(
-            starts, XT, y, shape, self.gate, self.activation,
-            (lower, upper), max_iter=self.max_iter, tol=self.tol,
-            n_jobs=self.n_jobs, verbose=self.verbose,
-            fit_intercept=fit_intercept, alpha=alpha,
-        )
+        if solver == "lm":
+            results, _, abandoned = race(
+                starts, XT, y, shape, self.gate, self.activation, (lower, upper),
+                n_keep=self.n_starts, race_iter=self.race_iter, max_iter=self.max_iter,
+                tol=self.tol, signed=has_sign_symmetry(self.gate, self.activation),
+                n_jobs=self.n_jobs, verbose=self.verbose,
+            )
+        else:
+            results = run_starts(
+                starts, XT, y, shape, self.gate, self.activation,
+                (lower, upper), max_iter=self.max_iter, tol=self.tol,
+                n_jobs=self.n_jobs, verbose=self.verbose,
+                fit_intercept=fit_intercept, alpha=alpha,
+            )
+            abandoned = 0
         objectives = np.array([r.objective for r in results])
         if not np.any(np.isfinite(objectives)):
             raise ValueError(
@@ -350,15 +441,18 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             self.theta_[P0] = self.intercept_
         self.objective_ = float(objectives[best])
         self.start_objectives_ = objectives
+        self.n_starts_agreeing_ = count_agreeing(objectives, n, AGREE_TOL)
+        self.n_kernel_passes_ = int(sum(r.n_passes for r in results) + abandoned)
         self.start_n_iter_ = np.array([r.n_iter for r in results])
         self.start_converged_ = np.array([r.converged for r in results])
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
         self.best_start_ = best
+        self.solver_ = solver
         if not res.converged:
             warnings.warn(
-                f"L-BFGS-B did not converge for the best start ({res.message}) after "
-                f"{res.n_iter} iterations. Increase max_iter (now {self.max_iter}) or tol "
+                f"{SOLVERS[solver]} did not converge for the best start ({res.message}) "
+                f"after {res.n_iter} iterations. Increase max_iter (now {self.max_iter}) or tol "
                 f"(now {self.tol}).",
                 ConvergenceWarning,
                 stacklevel=2,
@@ -421,6 +515,9 @@ class _PresetRegressor(HMoERegressor):
         n_starts=4,
         max_iter=1000,
         tol=1e-9,
+        solver="lm",
+        n_candidates="auto",
+        race_iter=10,
         param_bound=10.0,
         omega_max=10.0,
         init="random",
@@ -438,6 +535,9 @@ class _PresetRegressor(HMoERegressor):
         self.n_starts = n_starts
         self.max_iter = max_iter
         self.tol = tol
+        self.solver = solver
+        self.n_candidates = n_candidates
+        self.race_iter = race_iter
         self.param_bound = param_bound
         self.omega_max = omega_max
         self.init = init

@@ -26,13 +26,17 @@ SERIAL_BELOW = 512
 
 @dataclass
 class StartResult:
-    """Outcome of one L-BFGS-B start."""
+    """Outcome of one start (L-BFGS-B here; Levenberg–Marquardt in ``gauss_newton``).
+
+    ``n_passes``: passes over the data (objective+gradient evaluations for L-BFGS-B).
+    """
 
     theta: np.ndarray
     objective: float
     n_iter: int
     converged: bool
     message: str
+    n_passes: int = 0
 
 
 def _run_one(
@@ -84,6 +88,7 @@ def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol,
         n_iter=int(res.nit),
         converged=bool(res.success),
         message=str(res.message),
+        n_passes=int(res.nfev),
     )
 
 

@@ -1,0 +1,362 @@
+"""Gauss–Newton quantities of the least-squares objective: ``JᵀJ``, ``Jᵀr`` and ``Σ r²``.
+
+For ``theta`` in the layout of ``hmoe_estim/model/_parameters.py`` and the residuals of eq. (3),
+
+    r_j = f_theta(x_j) + offset − y_j,      J[j, p] = ∂ f_theta(x_j) / ∂ theta_p,
+
+one pass over the samples accumulates
+
+    JᵀJ (P × P),   Jᵀr (P),   Σ_j r_j²,   Σ_j J[j, :] (P),   Σ_j r_j
+
+without storing the n × P Jacobian: the rows of ``J`` are formed for one block of ``BLOCK``
+samples at a time (``P × BLOCK`` per worker), multiplied out, and dropped. Memory is
+O(P² + n·D). The scalar ``offset`` is an intercept added to ``f``; the column sums let the
+caller append the intercept's column (all ones) to ``J`` in Python, with ``Σ r``:
+``[J 1]ᵀ[J 1] = [[JᵀJ, ΣJ], [ΣJᵀ, n]]`` and ``[J 1]ᵀr = [Jᵀr, Σr]``.
+
+The derivatives per sample, for head ``h``, token ``i``, channel ``k`` (``g_i = g[h, i](x)``,
+``s_i = xᵀ M[h, i] x``, ``∂g_l/∂s_i = g_l (δ_li − g_i)``; the models of eq. (2), (9), (12)):
+
+- ``gate="none"`` (``z_ik = a_ik·x``, ``b_i = Σ_k ω_k a_ik``, ``f_h = Σ_i g_i b_i·x``):
+  ``∂f/∂ω_k = Σ_i g_i z_ik``, ``∂f/∂a_ik = ω_k g_i x``, ``∂f/∂s_i = g_i (b_i·x − f_h)``;
+- ``gate="value"`` (``vv_i = Σ_k ω_k φ(z_ik)``, ``f_h = Σ_i g_i vv_i``):
+  ``∂f/∂ω_k = Σ_i g_i φ(z_ik)``, ``∂f/∂a_ik = ω_k g_i φ'(z_ik) x``,
+  ``∂f/∂s_i = g_i (vv_i − f_h)``;
+- ``gate="sdpa"`` (``u_k = Σ_i g_i z_ik``, ``f = Σ_k ω_k φ(u_k)``, ``du_k = ω_k φ'(u_k)``):
+  ``∂f/∂ω_k = φ(u_k)``, ``∂f/∂a_ik = du_k g_i x``,
+  ``∂f/∂s_i = g_i (Σ_k du_k z_ik − Σ_k du_k u_k)``;
+- ``gate="output"``: the ``gate="none"`` row times ``φ'(f_MHA)``;
+
+and ``∂f/∂M[h, i][pq] = (∂f/∂s_i) c_pq x_p x_q`` for the free tokens ``i < N-1`` (A.3).
+
+The forward pass is :func:`~.objective._forward_block`, so ``f`` is the same number the
+objective kernel computes. Determinism as in :mod:`.objective`: blocks are grouped in chunks
+whose number depends only on ``n`` and ``P``, each chunk's partial sums are added in chunk
+order, so the result is bit-identical for any number of threads.
+"""
+
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+from .objective import (
+    _PARALLEL,
+    BLOCK,
+    GATE_OUTPUT,
+    GATE_SDPA,
+    MAX_CHUNKS,
+    _forward_block,
+    _linear,
+    _mixed_values,
+    _offsets,
+    _temporaries,
+)
+from .rows import combine_rows, gated_sum
+from .target import wide_vectors
+
+__all__ = ["gauss_newton_sums", "sum_of_squares", "jacobian_matrix"]
+
+_FM = {"reassoc", "contract"}
+#: Doubles of per-chunk partial sums at most (8 MB): with many parameters, fewer chunks.
+_MAX_PARTIAL = 1 << 20
+
+
+@njit(cache=True)
+def _jchunks(n, width):
+    """Blocks and chunks; the chunk count depends only on ``n`` and ``width`` (determinism)."""
+    nblocks = (n + BLOCK - 1) // BLOCK
+    cap = max(1, _MAX_PARTIAL // width)
+    return nblocks, min(MAX_CHUNKS, nblocks, cap)
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM)
+def _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, phu, dphu,
+                    v, du, fo, fh, tmp):
+    """Rows ``J[p, :b] = ∂f/∂theta_p`` of a block after :func:`_forward_block`."""
+    wide_vectors()
+    D = x.shape[0]
+    T, o1, o2, P = _offsets(H, N, K, D)
+    for h in range(H):
+        r0 = h * N
+        if _linear(gate):
+            gated_sum(g, z, r0, N, fh, b)  # f_h, z[r] = b_i·x
+            for k in range(K):
+                hk = h * K + k
+                w = theta[hk]
+                for t in range(b):
+                    J[hk, t] = 0.0
+                for i in range(N):
+                    ri = r0 + i
+                    r = ri * K + k
+                    combine_rows(theta, o2 + r * D, D, x, tmp, 0, b)  # a_ik·x
+                    for t in range(b):
+                        J[hk, t] += g[ri, t] * tmp[0, t]
+                    for d in range(D):
+                        for t in range(b):
+                            J[o2 + r * D + d, t] = w * g[ri, t] * x[d, t]
+            for i in range(N - 1):
+                ri = r0 + i
+                for t in range(b):
+                    v[i, t] = g[ri, t] * (z[ri, t] - fh[t])
+        elif gate == GATE_SDPA:
+            for k in range(K):
+                hk = h * K + k
+                w = theta[hk]
+                for t in range(b):
+                    J[hk, t] = phu[hk, t]
+                    du[k, t] = w * dphu[hk, t]
+            for t in range(b):
+                fh[t] = du[0, t] * u[h * K, t]
+            for k in range(1, K):
+                for t in range(b):
+                    fh[t] += du[k, t] * u[h * K + k, t]
+            for i in range(N):
+                ri = r0 + i
+                for k in range(K):
+                    r = ri * K + k
+                    for d in range(D):
+                        for t in range(b):
+                            J[o2 + r * D + d, t] = du[k, t] * g[ri, t] * x[d, t]
+                if i < N - 1:
+                    for t in range(b):
+                        v[i, t] = du[0, t] * z[ri * K, t]
+                    for k in range(1, K):
+                        r = ri * K + k
+                        for t in range(b):
+                            v[i, t] += du[k, t] * z[r, t]
+                    for t in range(b):
+                        v[i, t] = g[ri, t] * (v[i, t] - fh[t])
+        else:  # value gate
+            gated_sum(g, vv, r0, N, fh, b)
+            for k in range(K):
+                hk = h * K + k
+                w = theta[hk]
+                for t in range(b):
+                    J[hk, t] = g[r0, t] * phz[r0 * K + k, t]
+                for i in range(1, N):
+                    ri = r0 + i
+                    for t in range(b):
+                        J[hk, t] += g[ri, t] * phz[ri * K + k, t]
+                for i in range(N):
+                    ri = r0 + i
+                    r = ri * K + k
+                    for t in range(b):
+                        tmp[0, t] = w * g[ri, t] * dphz[r, t]
+                    for d in range(D):
+                        for t in range(b):
+                            J[o2 + r * D + d, t] = tmp[0, t] * x[d, t]
+            for i in range(N - 1):
+                ri = r0 + i
+                for t in range(b):
+                    v[i, t] = g[ri, t] * (vv[ri, t] - fh[t])
+        for i in range(N - 1):
+            om = o1 + (h * (N - 1) + i) * T
+            for pq in range(T):
+                for t in range(b):
+                    J[om + pq, t] = v[i, t] * xx[pq, t]
+    if gate == GATE_OUTPUT:
+        for p in range(P):
+            for t in range(b):
+                J[p, t] *= fo[2, t]
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM)
+def _accumulate_block(J, res, P, b, acc):
+    """Add the block's upper triangle of ``JᵀJ``, ``Jᵀr``, ``Σr²`` and ``ΣJ`` to ``acc``."""
+    wide_vectors()
+    idx = 0
+    for p in range(P):
+        q = p
+        while q < P:
+            m = min(4, P - q)
+            s0 = s1 = s2 = s3 = 0.0
+            if m == 4:
+                for t in range(b):
+                    jp = J[p, t]
+                    s0 += jp * J[q, t]
+                    s1 += jp * J[q + 1, t]
+                    s2 += jp * J[q + 2, t]
+                    s3 += jp * J[q + 3, t]
+            elif m == 3:
+                for t in range(b):
+                    jp = J[p, t]
+                    s0 += jp * J[q, t]
+                    s1 += jp * J[q + 1, t]
+                    s2 += jp * J[q + 2, t]
+            elif m == 2:
+                for t in range(b):
+                    jp = J[p, t]
+                    s0 += jp * J[q, t]
+                    s1 += jp * J[q + 1, t]
+            else:
+                for t in range(b):
+                    s0 += J[p, t] * J[q, t]
+            acc[idx] += s0
+            if m > 1:
+                acc[idx + 1] += s1
+            if m > 2:
+                acc[idx + 2] += s2
+            if m > 3:
+                acc[idx + 3] += s3
+            idx += m
+            q += m
+    for p in range(P):
+        s0 = 0.0
+        s1 = 0.0
+        for t in range(b):
+            s0 += J[p, t] * res[t]
+            s1 += J[p, t]
+        acc[idx + p] += s0
+        acc[idx + P + 1 + p] += s1
+    s0 = 0.0
+    s1 = 0.0
+    for t in range(b):
+        s0 += res[t] * res[t]
+        s1 += res[t]
+    acc[idx + P] += s0
+    acc[idx + 2 * P + 1] += s1
+
+
+@njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
+def _gauss_newton_sums(theta, XT, y, offset, H, N, K, D, gate, act, nthreads):
+    wide_vectors()
+    n = XT.shape[1]
+    T, o1, o2, P = _offsets(H, N, K, D)
+    bv = _mixed_values(theta, H, N, K, D, gate)
+    ntri = P * (P + 1) // 2
+    width = ntri + 2 * P + 2  # [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
+    nblocks, nchunks = _jchunks(n, width)
+    partial = np.zeros((nchunks, width))
+    nworkers = min(nthreads, nchunks)
+    for wk in prange(nworkers):
+        (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
+         fh) = _temporaries(H, N, K, D, gate)
+        J = np.empty((P, BLOCK))
+        res = np.empty(BLOCK)
+        for c in range(wk, nchunks, nworkers):
+            acc = partial[c]
+            for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
+                j0 = blk * BLOCK
+                b = min(BLOCK, n - j0)
+                _forward_block(
+                    XT, j0, b, theta, bv, H, N, K, gate, act,
+                    x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
+                )
+                for t in range(b):
+                    res[t] = f[t] + offset - y[j0 + t]
+                _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u,
+                                phu, dphu, v, du, fo, fh, coef)
+                _accumulate_block(J, res, P, b, acc)
+    total = np.zeros(width)
+    for c in range(nchunks):
+        for p in range(width):
+            total[p] += partial[c, p]
+    JtJ = np.empty((P, P))
+    idx = 0
+    for p in range(P):
+        for q in range(p, P):
+            JtJ[p, q] = total[idx]
+            JtJ[q, p] = total[idx]
+            idx += 1
+    return (JtJ, total[ntri:ntri + P].copy(), total[ntri + P],
+            total[ntri + P + 1:ntri + 2 * P + 1].copy(), total[ntri + 2 * P + 1])
+
+
+def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
+    """``(JᵀJ, Jᵀr, Σ r², Σ_j J[j, :], Σ r)`` of the residuals ``r = f_theta(x) + offset − y``.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (P,)
+        Parameters in the layout of ``hmoe_estim/model/_parameters.py``.
+    XT : ndarray of shape (D, n), C-contiguous
+        Inputs, transposed.
+    y : ndarray of shape (n,)
+    H, N, K, D : int
+    gate, act : int
+        Gate and activation codes (:mod:`hmoe_estim._names`).
+    offset : float, default=0.0
+        Intercept added to ``f``.
+
+    Returns
+    -------
+    JtJ : ndarray of shape (P, P)
+        ``Σ_j J[j, :]ᵀ J[j, :]`` (sums, not means).
+    Jtr : ndarray of shape (P,)
+        ``Σ_j r_j J[j, :]``: half the gradient of ``Σ_j r_j²``.
+    ssr : float
+        ``Σ_j r_j²``; the objective of eq. (3) divided by ``n`` is ``ssr / n``.
+    colsum : ndarray of shape (P,)
+        ``Σ_j J[j, :]``.
+    rsum : float
+        ``Σ_j r_j``. With ``colsum`` and ``n``, the intercept's row and column of the
+        extended system (module docstring).
+    """
+    return _gauss_newton_sums(theta, XT, y, float(offset), H, N, K, D, gate, act,
+                              get_num_threads())
+
+
+@njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
+def _sum_of_squares(theta, XT, y, offset, H, N, K, D, gate, act, nthreads):
+    wide_vectors()
+    n = XT.shape[1]
+    bv = _mixed_values(theta, H, N, K, D, gate)
+    nblocks, nchunks = _jchunks(n, 1)
+    nchunks = min(nchunks, MAX_CHUNKS)
+    partial = np.zeros(max(nchunks, 1))
+    nworkers = min(nthreads, nchunks)
+    for wk in prange(nworkers):
+        (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
+         fh) = _temporaries(H, N, K, D, gate)
+        for c in range(wk, nchunks, nworkers):
+            acc = 0.0
+            for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
+                j0 = blk * BLOCK
+                b = min(BLOCK, n - j0)
+                _forward_block(
+                    XT, j0, b, theta, bv, H, N, K, gate, act,
+                    x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
+                )
+                for t in range(b):
+                    r = f[t] + offset - y[j0 + t]
+                    acc += r * r
+            partial[c] = acc
+    total = 0.0
+    for c in range(nchunks):
+        total += partial[c]
+    return total
+
+
+def sum_of_squares(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
+    """``Σ_j (f_theta(x_j) + offset − y_j)²`` (forward pass only; same chunking as above)."""
+    return _sum_of_squares(theta, XT, y, float(offset), H, N, K, D, gate, act,
+                           get_num_threads())
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM)
+def _jacobian_matrix(theta, XT, H, N, K, D, gate, act):
+    n = XT.shape[1]
+    P = _offsets(H, N, K, D)[3]
+    bv = _mixed_values(theta, H, N, K, D, gate)
+    out = np.empty((n, P))
+    (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
+     fh) = _temporaries(H, N, K, D, gate)
+    J = np.empty((P, BLOCK))
+    for j0 in range(0, n, BLOCK):
+        b = min(BLOCK, n - j0)
+        _forward_block(XT, j0, b, theta, bv, H, N, K, gate, act,
+                       x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work)
+        _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, phu, dphu,
+                        v, du, fo, fh, coef)
+        for p in range(P):
+            for t in range(b):
+                out[j0 + t, p] = J[p, t]
+    return out
+
+
+def jacobian_matrix(theta, XT, H, N, K, D, gate, act):
+    """The n × P Jacobian ``J[j, p] = ∂f_theta(x_j)/∂theta_p`` (one thread; O(n·P) memory).
+
+    For references and tests only: the solvers use :func:`gauss_newton_sums`, which never
+    stores it.
+    """
+    return _jacobian_matrix(theta, XT, H, N, K, D, gate, act)
