@@ -21,22 +21,5 @@ GATE_LABELS = {"none": "MHA", "value": "G2", "sdpa": "G1", "output": "G5"}
 ACTIVATIONS = ("sigmoid", "tanh", "gelu", "silu")
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}
 
-
-def check_gate(gate):
-    """Return ``gate`` if it names a gate position, else raise a ``ValueError``."""
-    if not isinstance(gate, str) or gate not in GATE_CODES:
-        raise ValueError(
-            f"Unknown gate {gate!r}. Use one of {list(GATES)}: 'none' (plain multi-head "
-            "attention, linear experts), 'value' (G2, after the value projection), 'sdpa' "
-            "(G1, after the attention output) or 'output' (G5, after the dense output)."
-        )
-    return gate
-
-
-def check_activation(activation):
-    """Return ``activation`` if it names a supported activation, else raise ``ValueError``."""
-    if not isinstance(activation, str) or activation not in ACTIVATION_CODES:
-        raise ValueError(
-            f"Unknown activation {activation!r}. Use one of {list(ACTIVATIONS)}."
-        )
-    return activation
+# the checks live in the validation layer; imported here for the modules that use both
+from ._validation import check_activation, check_gate  # noqa: E402, F401

@@ -46,6 +46,10 @@ output bias) from ``(W_Q, W_K, W_V, W_O)`` — for example a teacher layer of a 
 :func:`weights_from_torch` is its inverse. :func:`measure_to_torch` evaluates any (fitted)
 measure ``f_G(x)`` (plus an intercept) as a ``torch.nn.Module`` (class ``HMoEModule``, built on
 first use so that this file imports without PyTorch).
+
+Why one module of this size: every conversion reads or writes the same packed ``in_proj_weight``
+layout and shares its checks of a module's sizes and biases; most of the length is validation
+with its messages and the docstrings.
 """
 
 import numbers

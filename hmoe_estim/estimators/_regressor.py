@@ -16,6 +16,11 @@ not move): ``fit_intercept`` (a free constant added to ``f``), ``positive_weight
 (signed ``omega``, as an attention layer's ``W_O``) and a ridge penalty ``alpha`` on ``M`` and
 ``a``. After the fit a :class:`~hmoe_estim.estimators.PoorFitWarning` says when the model
 predicts its training targets worse than their mean, and why.
+
+Why one module of this size: scikit-learn reads an estimator's parameters from its ``__init__``
+signature, so the presets repeat the signature of :class:`HMoERegressor`, and the parameter
+documentation is long; the fit itself is delegated to the solvers, the guards and the warnings
+modules.
 """
 
 import warnings

@@ -36,6 +36,9 @@ in ``n``).
 
 ``fastmath`` is limited to ``reassoc`` and ``contract`` (re-association for vectorised sums,
 fused multiply-add): the ``nnan``/``ninf`` flags are *not* set, so NaN and inf propagate.
+
+Why one module of this size: the forward and backward block passes share their row conventions
+and temporaries line by line; split, the two halves could no longer be read against each other.
 """
 
 import numpy as np

@@ -25,6 +25,7 @@ contributes the expert of ``−a``.
 import numpy as np
 
 from .._names import check_activation, check_gate
+from .._validation import check_token_matching
 from ..model._regression import regression_function
 from ._branches import (
     DEFAULT_N_REF,
@@ -135,10 +136,7 @@ def expert_error(
             f"Unknown weighting {weighting!r}. Use 'heaviest' (the cell's heaviest atom), "
             "'weighted' (omega-weighted mean over the cell) or 'max' (unweighted worst atom)."
         )
-    if token_matching not in ("auto", "enumerate", "hungarian"):
-        raise ValueError(
-            f"Unknown token_matching {token_matching!r}; use 'auto', 'enumerate' or 'hungarian'."
-        )
+    check_token_matching(token_matching)
     reading = resolve_expert(gate, expert)
     check_measure_pair(measure, true_measure, same_tokens=True)
     X = reference_sample(measure.n_features, X_ref, n_ref=n_ref, random_state=random_state)

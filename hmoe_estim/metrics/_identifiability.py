@@ -49,6 +49,10 @@ GELU, SiLU with ``K = K*``, which are locally identifiable (the check passes) bu
 global
 argument is available. See the user guide page "Which gates and activations are
 identifiable".
+
+Why one module of this size: each named obstruction comes with the construction of its witness
+and the check of that witness, and the report, the Jacobian check and the study verdicts must
+agree on the same list of obstructions.
 """
 
 import numbers

@@ -22,14 +22,18 @@ For a fitted measure ``G`` (channels ``(h', k')``) and the true ``G*`` (channels
    terms ``|ω| Σ_i (‖ΔM_i‖^e + ‖s a_i − a*_i‖^e)``. So every point ``(ω* + c, a*) + (c, −a*)``
    of the continuum of an over-specified tanh fit has loss 0 (see
    :mod:`hmoe_estim.identifiability`). Other activations and gates: ``s = 1``.
+
+Why one module of this size: the cells, the token matching inside a pair and the loss's parts
+are one computation (the loss reuses the cells' matching); half of the length is the docstrings
+that state the formulas.
 """
 
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._names import check_activation, check_gate
+from .._validation import check_r, check_token_matching
 from ._branches import (
     DEFAULT_N_REF,
     branch_distances,
@@ -176,20 +180,6 @@ class VoronoiDetails:
 
     def __float__(self):
         return float(self.loss)
-
-
-def _check_r(r):
-    if r is None:
-        return None
-    if isinstance(r, bool) or not isinstance(r, numbers.Real):
-        raise ValueError(
-            f"r must be an integer >= 1 (L_{{1,r}}) or None (L_2); got {r!r}."
-        )
-    if not float(r).is_integer() or r < 1:
-        raise ValueError(
-            f"r must be an integer >= 1 (L_{{1,r}} of the paper) or None (L_2); got {r!r}."
-        )
-    return int(r)
 
 
 def voronoi_cells(
@@ -427,11 +417,8 @@ def voronoi_loss(
     >>> voronoi_loss(G, G)
     0.0
     """
-    r = _check_r(r)
-    if token_matching not in ("auto", "enumerate", "hungarian"):
-        raise ValueError(
-            f"Unknown token_matching {token_matching!r}; use 'auto', 'enumerate' or 'hungarian'."
-        )
+    r = check_r(r)
+    check_token_matching(token_matching)
     check_gate(gate)
     check_activation(activation)
     check_measure_pair(measure, true_measure, same_tokens=True)

@@ -49,6 +49,10 @@ file has these parts (every key optional unless marked; unknown keys are an erro
 
 Everything that changes the numbers is in the config; run-time choices (``n_jobs``, Dask,
 output directory) are not, so a study can be resumed with other resources.
+
+Why one module of this size: the schema of a study is one nested structure whose sections
+validate against each other (grid against the parameter count, truth scale against the box);
+most of the length is the per-key checks and their messages.
 """
 
 import copy
