@@ -42,31 +42,13 @@ from hmoe_estim.study import (
     run_study,
 )
 
-SMALL = {
-    "name": "small",
-    "seed": 3,
-    "models": ["none"],
-    "truth": {"n_features": 2, "seed": 1},
-    "grid": {"n": [40, 80], "reps": 2},
-    "fit": {"n_starts": 1, "max_iter": 15},
-    "metrics": {"n_ref": 300},
-}
-SMALL_TOML = """
-name = "small"
-seed = 3
-models = ["none"]
-[truth]
-n_features = 2
-seed = 1
-[grid]
-n = [40, 80]
-reps = 2
-[fit]
-n_starts = 1
-max_iter = 15
-[metrics]
-n_ref = 300
-"""
+from .test_cli import TINY_TOML
+from .test_study import TINY
+
+# the runner and CLI tests' tiny study, with one model
+SMALL = {**json.loads(json.dumps(TINY)), "name": "small", "models": ["none"]}
+SMALL_TOML = TINY_TOML.replace('name = "tiny"', 'name = "small"').replace(
+    'models = ["none", "value", "sdpa"]', 'models = ["none"]')
 
 
 def small(**changes):
