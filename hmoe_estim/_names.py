@@ -1,4 +1,4 @@
-"""Names of the gate positions and activations, and their checks.
+"""Names of the gate positions and activations (their checks: ``hmoe_estim/_validation.py``).
 
 Gate positions follow the gated-attention literature (paper eq. (2), (9), (12)):
 
@@ -20,6 +20,3 @@ GATE_LABELS = {"none": "MHA", "value": "G2", "sdpa": "G1", "output": "G5"}
 
 ACTIVATIONS = ("sigmoid", "tanh", "gelu", "silu")
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}
-
-# the checks live in the validation layer; imported here for the modules that use both
-from ._validation import check_activation, check_gate  # noqa: E402, F401

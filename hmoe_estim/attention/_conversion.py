@@ -20,7 +20,7 @@ import numbers
 
 import numpy as np
 
-from .._names import check_activation, check_gate
+from .._validation import check_activation, check_gate
 from ..kernels.activations import phi as _phi
 from ..model._measure import MixingMeasure
 

@@ -56,7 +56,7 @@ import numbers
 
 import numpy as np
 
-from .._names import check_activation, check_gate
+from .._validation import check_activation, check_gate
 from ..model._measure import MixingMeasure
 from ._conversion import _check_index, attention_to_measure
 

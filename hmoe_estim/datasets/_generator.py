@@ -10,8 +10,7 @@
 import numpy as np
 from sklearn.utils import check_random_state
 
-from .._names import check_activation, check_gate
-from .._validation import check_count, check_positive
+from .._validation import check_activation, check_count, check_gate, check_positive
 from ..model._measure import MixingMeasure
 from ..model._regression import regression_function
 

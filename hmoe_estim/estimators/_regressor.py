@@ -31,8 +31,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._names import GATE_LABELS, check_activation, check_gate
-from .._validation import check_count, check_positive
+from .._names import GATE_LABELS
+from .._validation import check_activation, check_count, check_gate, check_positive
 from ..model._measure import MixingMeasure
 from ..model._parameters import make_bounds, n_params, pack, unpack
 from ..model._regression import evaluate

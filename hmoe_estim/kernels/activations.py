@@ -20,7 +20,8 @@ import math
 import numpy as np
 from numba import njit
 
-from .._names import ACTIVATION_CODES, check_activation
+from .._names import ACTIVATION_CODES
+from .._validation import check_activation
 from .target import wide_vectors
 from .vexp import vexp
 

@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .._names import check_gate
+from .._validation import check_gate
 from ..kernels.activations import phi
 from ..model._measure import MixingMeasure
 from ..model._regression import check_inputs

@@ -24,8 +24,7 @@ contributes the expert of ``−a``.
 
 import numpy as np
 
-from .._names import check_activation, check_gate
-from .._validation import check_token_matching
+from .._validation import check_activation, check_gate, check_token_matching
 from ..model._regression import regression_function
 from ._branches import (
     DEFAULT_N_REF,

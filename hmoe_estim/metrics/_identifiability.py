@@ -60,7 +60,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._names import GATE_LABELS, check_activation, check_gate
+from .._names import GATE_LABELS
+from .._validation import check_activation, check_gate
 from ..model._measure import MixingMeasure
 from ..model._parameters import n_params, triangle_indices
 from ._branches import token_gate

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._names import check_activation, check_gate
-from .._validation import check_r, check_token_matching
+from .._validation import check_activation, check_gate, check_r, check_token_matching
 from ._branches import (
     DEFAULT_N_REF,
     branch_distances,

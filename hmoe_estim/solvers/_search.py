@@ -27,7 +27,7 @@ oracle (nothing about the truth), only the data and ordinary random starts:
 
 import numpy as np
 
-from .._names import check_activation, check_gate
+from .._validation import check_activation, check_gate
 
 __all__ = ["has_sign_symmetry", "fold_signs", "signed_bounds", "count_agreeing", "race", "hop"]
 
