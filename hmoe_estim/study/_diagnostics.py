@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from ._certificate import certificate_summary
 from ._store import RATES_FILE, StudyError, _write_json_atomic, load_study
 
 __all__ = ["fit_diagnostics", "format_diagnostics", "sort_records", "write_rates"]
@@ -16,18 +17,19 @@ def fit_diagnostics(records):
 
     ``worse_than_truth`` (objective above the true measure's objective on the same data, with
     ``K >= K*``) certainly marks a fit that missed the least-squares optimum — a local optimum
-    of the multi-start search, not a statistical effect.
+    of the multi-start search, not a statistical effect. Its share is the certificate's
+    failure rate (:func:`hmoe_estim.study.certificate_summary`).
     """
     out = {}
     for rec in records:
         out.setdefault(rec["model"], []).append(rec)
+    certificate = certificate_summary(records)
     table = {}
     for model, recs in out.items():
-        worse = [r.get("worse_than_truth") for r in recs if r.get("worse_than_truth") is not None]
         table[model] = {
             "fits": len(recs),
             "converged": float(np.mean([bool(r["converged"]) for r in recs])),
-            "worse_than_truth": float(np.mean(worse)) if worse else None,
+            "worse_than_truth": certificate[model]["failure_rate"],
             "median_fit_seconds": float(np.median([r["fit_seconds"] for r in recs])),
             "total_fit_seconds": float(np.sum([r["fit_seconds"] for r in recs])),
             "mean_extra_weight": float(np.mean([r.get("extra_weight", 0.0) for r in recs])),
@@ -81,7 +83,7 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
         parameter metric a ``"reading"`` of its slope
         (:func:`hmoe_estim.metrics.annotate_rates`).
     """
-    from ._certificate import certificate_summary, certified_records
+    from ._certificate import certified_records
     from ._rates import RATE_METRICS, rates_from_records
 
     if records is None or config is None:
