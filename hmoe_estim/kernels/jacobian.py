@@ -46,6 +46,7 @@ from .objective import (
     GATE_OUTPUT,
     GATE_SDPA,
     MAX_CHUNKS,
+    _chunks,
     _forward_block,
     _linear,
     _offsets,
@@ -221,16 +222,22 @@ def _accumulate_block(J, res, P, b, acc):
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)
-def _gauss_newton_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, partial):
-    """Chunks ``wk, wk + nworkers, …``: each chunk's sums into ``partial[c]``."""
+def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, partial, out, sums):
+    """Chunks ``wk, wk + nworkers, …`` of one pass over the samples.
+
+    The forward pass writes ``f_theta(x_j)`` into ``out[j]`` when ``out`` has ``n`` entries;
+    with ``sums``, each chunk's Gauss–Newton sums go into ``partial[c]``. Prediction and the
+    sums share this one compiled pass (a second one would be compiled again on a cold start).
+    """
     wide_vectors()
     D, n = XT.shape
     P = _offsets(H, N, K, D)[3]
     nchunks = partial.shape[0]
     nblocks = (n + BLOCK - 1) // BLOCK
+    values = out.shape[0] == n
     (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
      fh) = _temporaries(H, N, K, D, gate)
-    J = np.empty((P, BLOCK))
+    J = np.empty((P if sums else 0, BLOCK))
     res = np.empty(BLOCK)
     for c in range(wk, nchunks, nworkers):
         acc = partial[c]
@@ -241,11 +248,15 @@ def _gauss_newton_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, 
                 XT, j0, b, theta, bv, H, N, K, gate, act,
                 x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
             )
-            for t in range(b):
-                res[t] = f[t] + offset - y[j0 + t]
-            _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u,
-                            phu, dphu, v, du, fo, fh, coef)
-            _accumulate_block(J, res, P, b, acc)
+            if values:
+                for t in range(b):
+                    out[j0 + t] = f[t]
+            if sums:
+                for t in range(b):
+                    res[t] = f[t] + offset - y[j0 + t]
+                _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u,
+                                phu, dphu, v, du, fo, fh, coef)
+                _accumulate_block(J, res, P, b, acc)
 
 
 @functools.lru_cache(maxsize=64)
@@ -255,11 +266,34 @@ def _upper(P):
 
 
 @njit(cache=True, parallel=_PARALLEL)
-def _gauss_newton_sums(theta, XT, y, offset, bv, H, N, K, gate, act, partial, nthreads):
+def _pass(theta, XT, y, offset, bv, H, N, K, gate, act, partial, out, sums, nthreads):
     nworkers = min(nthreads, partial.shape[0])
     for wk in prange(nworkers):
-        _gauss_newton_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act,
-                             partial)
+        _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, partial, out,
+                     sums)
+
+
+def _run_pass(theta, XT, y, offset, H, N, K, D, gate, act, partial, out, sums):
+    """One pass, serial or parallel (:func:`~.objective.use_serial`)."""
+    bv = mixed_values(theta, H, N, K, D, gate)
+    nthreads = get_num_threads()
+    if use_serial(XT.shape[1], nthreads):
+        _pass_worker(0, 1, theta, XT, y, offset, bv, H, N, K, gate, act, partial, out, sums)
+    else:
+        _pass(theta, XT, y, offset, bv, H, N, K, gate, act, partial, out, sums, nthreads)
+
+
+def forward_values(theta, XT, H, N, K, D, gate, act):
+    """``f_theta(x_j)`` for every column of ``XT`` (shape (D, n)); see ``objective.predict``."""
+    n = XT.shape[1]
+    out = np.empty(n)
+    partial = np.zeros((_chunks(n)[1], 0))  # no sums: the chunks only split the work
+    _run_pass(theta, XT, _NO_TARGETS, 0.0, H, N, K, D, gate, act, partial, out, False)
+    return out
+
+
+_NO_TARGETS = np.zeros(0)
+_NO_VALUES = np.zeros(0)
 
 
 def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
@@ -297,13 +331,7 @@ def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
     ntri = P * (P + 1) // 2
     width = ntri + 2 * P + 2  # per chunk: [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
     partial = np.zeros((_jchunks(n, width)[1], width))
-    bv = mixed_values(theta, H, N, K, D, gate)
-    offset = float(offset)
-    nthreads = get_num_threads()
-    if use_serial(n, nthreads):
-        _gauss_newton_worker(0, 1, theta, XT, y, offset, bv, H, N, K, gate, act, partial)
-    else:
-        _gauss_newton_sums(theta, XT, y, offset, bv, H, N, K, gate, act, partial, nthreads)
+    _run_pass(theta, XT, y, float(offset), H, N, K, D, gate, act, partial, _NO_VALUES, True)
     total = chunk_total(partial)
     JtJ = np.empty((P, P))
     iu, ju = _upper(P)

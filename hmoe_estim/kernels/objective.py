@@ -456,41 +456,11 @@ def _objective_total(total, theta, n, H, N, K, D, gate, fit_intercept, alpha):
 
 
 def predict(theta, XT, H, N, K, D, gate, act):
-    """``f_theta(x_j)`` for every column of ``XT`` (shape (D, n))."""
-    n = XT.shape[1]
-    bv = mixed_values(theta, H, N, K, D, gate)
-    out = np.empty(n)
-    nchunks = _chunks(n)[1]
-    nthreads = get_num_threads()
-    if use_serial(n, nthreads):
-        _predict_worker(0, 1, nchunks, theta, XT, bv, H, N, K, gate, act, out)
-    else:
-        _predict(theta, XT, bv, H, N, K, gate, act, nchunks, out, nthreads)
-    return out
+    """``f_theta(x_j)`` for every column of ``XT`` (shape (D, n)).
 
+    The pass is :func:`hmoe_estim.kernels.jacobian.forward_values`, which the Gauss–Newton
+    sums share: one compiled pass for both.
+    """
+    from .jacobian import forward_values  # jacobian.py imports this module
 
-@njit(cache=True, error_model="numpy", fastmath=_FM)
-def _predict_worker(wk, nworkers, nchunks, theta, XT, bv, H, N, K, gate, act, out):
-    """Chunks ``wk, wk + nworkers, …`` of the prediction: ``out[j] = f_theta(x_j)``."""
-    wide_vectors()
-    D, n = XT.shape
-    nblocks = (n + BLOCK - 1) // BLOCK
-    (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
-     fh) = _temporaries(H, N, K, D, gate)
-    for c in range(wk, nchunks, nworkers):
-        for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
-            j0 = blk * BLOCK
-            b = min(BLOCK, n - j0)
-            _forward_block(
-                XT, j0, b, theta, bv, H, N, K, gate, act,
-                x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
-            )
-            for t in range(b):
-                out[j0 + t] = f[t]
-
-
-@njit(cache=True, parallel=_PARALLEL)
-def _predict(theta, XT, bv, H, N, K, gate, act, nchunks, out, nthreads):
-    nworkers = min(nthreads, nchunks)
-    for wk in prange(nworkers):
-        _predict_worker(wk, nworkers, nchunks, theta, XT, bv, H, N, K, gate, act, out)
+    return forward_values(theta, XT, H, N, K, D, gate, act)
