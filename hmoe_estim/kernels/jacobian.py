@@ -30,9 +30,13 @@ The derivatives per sample, for head ``h``, token ``i``, channel ``k`` (``g_i = 
 and ``∂f/∂M[h, i][pq] = (∂f/∂s_i) c_pq x_p x_q`` for the free tokens ``i < N-1`` (A.3).
 
 The forward pass is :func:`~.objective._forward_block`, so ``f`` is the same number the
-objective kernel computes. Determinism as in :mod:`.objective`: blocks are grouped in chunks
-whose number depends only on ``n`` and ``P``, each chunk's partial sums are added in chunk
-order, so the result is bit-identical for any number of threads.
+objective kernel computes. Prediction (:func:`forward_values`, behind
+``objective.predict``) runs the same compiled pass without the sums: the data generator, the
+solver's trial points and the Gauss–Newton sums need one compilation, not two.
+
+Determinism as in :mod:`.objective`: blocks are grouped in chunks whose number depends only on
+``n`` and ``P``, each chunk's partial sums are added in chunk order, so the result is
+bit-identical for any number of threads, serial or parallel variant.
 """
 
 import functools

@@ -34,6 +34,16 @@ allocating its temporaries once and taking chunks round-robin, so the number of 
 per call does not grow with the number of chunks (a fixed cost that would break linear scaling
 in ``n``).
 
+Serial and parallel variants: below ``SERIAL_SAMPLES`` samples, or on one thread, the
+compiled per-worker function is called straight from Python for all chunks; otherwise a small
+compiled wrapper runs the workers in a ``prange``. Both deal the same chunks and add them in
+the same order, so they give the same bits. The split is for start-up time: Numba compiles the
+machine code of every callee again into each compiled caller, and a parallel loop costs
+seconds of compilation on top of that, so a first small fit should compile neither (timings:
+the documentation's performance page). For the same reason the internal functions carry no
+CPython wrapper (``target.INTERNAL``) and take row indices as ``int64`` variables, never as
+literal constants, which Numba would compile as separate signatures.
+
 ``fastmath`` is limited to ``reassoc`` and ``contract`` (re-association for vectorised sums,
 fused multiply-add): the ``nnan``/``ninf`` flags are *not* set, so NaN and inf propagate.
 
