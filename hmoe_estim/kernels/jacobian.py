@@ -345,53 +345,16 @@ def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
             total[ntri + P + 1:ntri + 2 * P + 1].copy(), float(total[ntri + 2 * P + 1]))
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FM)
-def _sum_of_squares_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, partial):
-    """Chunks ``wk, wk + nworkers, …``: each chunk's ``Σ r²`` into ``partial[c]``."""
-    wide_vectors()
-    D, n = XT.shape
-    nchunks = partial.shape[0]
-    nblocks = (n + BLOCK - 1) // BLOCK
-    (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
-     fh) = _temporaries(H, N, K, D, gate)
-    for c in range(wk, nchunks, nworkers):
-        acc = 0.0
-        for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
-            j0 = blk * BLOCK
-            b = min(BLOCK, n - j0)
-            _forward_block(
-                XT, j0, b, theta, bv, H, N, K, gate, act,
-                x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
-            )
-            for t in range(b):
-                r = f[t] + offset - y[j0 + t]
-                acc += r * r
-        partial[c] = acc
-
-
-@njit(cache=True, parallel=_PARALLEL)
-def _sum_of_squares(theta, XT, y, offset, bv, H, N, K, gate, act, partial, nthreads):
-    nworkers = min(nthreads, partial.shape[0])
-    for wk in prange(nworkers):
-        _sum_of_squares_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act,
-                               partial)
-
-
 def sum_of_squares(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
-    """``Σ_j (f_theta(x_j) + offset − y_j)²`` (forward pass only; same chunking as above)."""
-    n = XT.shape[1]
-    partial = np.zeros(min(_jchunks(n, 1)[1], MAX_CHUNKS))
-    bv = mixed_values(theta, H, N, K, D, gate)
-    offset = float(offset)
-    nthreads = get_num_threads()
-    if use_serial(n, nthreads):
-        _sum_of_squares_worker(0, 1, theta, XT, y, offset, bv, H, N, K, gate, act, partial)
-    else:
-        _sum_of_squares(theta, XT, y, offset, bv, H, N, K, gate, act, partial, nthreads)
-    total = 0.0
-    for value in partial:  # in chunk order
-        total += float(value)
-    return total
+    """``Σ_j (f_theta(x_j) + offset − y_j)²`` from one forward pass (:func:`forward_values`).
+
+    The same for any number of threads: the values are, and NumPy's pairwise sum (not a BLAS
+    call, whose threads could change the order) adds them after the pass.
+    """
+    r = forward_values(theta, XT, H, N, K, D, gate, act)
+    r += float(offset)
+    r -= y
+    return float(np.sum(r * r))
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)
