@@ -101,14 +101,45 @@ def test_result_independent_of_thread_count():
     y = rng.normal(size=XT.shape[1])
     old = numba.get_num_threads()
     try:
-        numba.set_num_threads(1)
+        numba.set_num_threads(1)  # the serial variants
         v1, g1 = objective_and_gradient(theta, XT, y, *shape, 2, 0)
-        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        f1 = predict(theta, XT, *shape, 2, 0)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)  # the parallel ones
         v2, g2 = objective_and_gradient(theta, XT, y, *shape, 2, 0)
+        f2 = predict(theta, XT, *shape, 2, 0)
     finally:
         numba.set_num_threads(old)
     assert v1 == v2
     np.testing.assert_array_equal(g1, g2)
+    np.testing.assert_array_equal(f1, f2)
+
+
+def test_small_inputs_run_serially_with_the_same_result():
+    # below SERIAL_SAMPLES the kernels take the serial path whatever the thread count; the
+    # parallel wrappers, called directly, return the same bits
+    from hmoe_estim.kernels import objective as O
+    from hmoe_estim.kernels.jacobian import _pass, gauss_newton_sums
+
+    shape = (1, 2, 2, 3)
+    rng = np.random.default_rng(4)
+    theta = rng.normal(size=n_params(*shape))
+    XT = np.ascontiguousarray(rng.uniform(-1, 1, size=(3, O.SERIAL_SAMPLES - 1)))
+    y = rng.normal(size=XT.shape[1])
+    assert O.use_serial(XT.shape[1], 2) and not O.use_serial(O.SERIAL_SAMPLES, 2)
+    for gate in range(4):
+        bv = O.mixed_values(theta, *shape, gate)
+        nchunks = O._chunks(XT.shape[1])[1]
+        out = np.empty(XT.shape[1])
+        _pass(theta, XT, y, 0.0, bv, *shape[:3], gate, 0, np.zeros((nchunks, 0)), out, False, 2)
+        np.testing.assert_array_equal(out, O.predict(theta, XT, *shape, gate, 0))
+        serial = gauss_newton_sums(theta, XT, y, *shape, gate, 0)
+        P = theta.shape[0]
+        width = P * (P + 1) // 2 + 2 * P + 2
+        partial = np.zeros((nchunks, width))
+        _pass(theta, XT, y, 0.0, bv, *shape[:3], gate, 0, partial, np.zeros(0), True, 2)
+        total = O.chunk_total(partial)
+        np.testing.assert_array_equal(total[-1], serial[4])
+        np.testing.assert_array_equal(total[P * (P + 1) // 2:][:P], serial[1])
 
 
 def test_extreme_inputs_give_finite_output():

@@ -72,7 +72,8 @@ def activation_values(code, z):
     z2 = np.ascontiguousarray(z).reshape((1, n))
     phi = np.empty((1, n))
     dphi = np.empty((1, n))
-    activation_rows(code, z2, 0, phi, 0, dphi, 0, n)
+    zero = np.int64(0)  # an int64 row index, as in the kernels: the same compiled signature
+    activation_rows(code, z2, zero, phi, zero, dphi, zero, n)
     return phi[0], dphi[0]
 
 

@@ -9,13 +9,13 @@ before ``exp``: no overflow for any finite input.
 from numba import njit
 
 from .rows import combine_rows
-from .target import FASTMATH, wide_vectors
+from .target import FASTMATH, INTERNAL, wide_vectors
 from .vexp import vexp
 
 _FM = FASTMATH
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
 def pair_products(x, xx, b):
     """``xx[pq, t] = c_pq x[p, t] x[q, t]`` for ``p <= q`` row-major, ``c_pq = 2`` off-diagonal."""
     wide_vectors()
@@ -29,7 +29,7 @@ def pair_products(x, xx, b):
             pq += 1
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
 def gate_rows(theta, otri, h, N, xx, s, g, work, b):
     """Softmax gate of head ``h`` on a block: rows ``h*N .. h*N+N-1`` of ``g``.
 

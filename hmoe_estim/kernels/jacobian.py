@@ -30,10 +30,16 @@ The derivatives per sample, for head ``h``, token ``i``, channel ``k`` (``g_i = 
 and ``∂f/∂M[h, i][pq] = (∂f/∂s_i) c_pq x_p x_q`` for the free tokens ``i < N-1`` (A.3).
 
 The forward pass is :func:`~.objective._forward_block`, so ``f`` is the same number the
-objective kernel computes. Determinism as in :mod:`.objective`: blocks are grouped in chunks
-whose number depends only on ``n`` and ``P``, each chunk's partial sums are added in chunk
-order, so the result is bit-identical for any number of threads.
+objective kernel computes. Prediction (:func:`forward_values`, behind
+``objective.predict``) runs the same compiled pass without the sums: the data generator, the
+solver's trial points and the Gauss–Newton sums need one compilation, not two.
+
+Determinism as in :mod:`.objective`: blocks are grouped in chunks whose number depends only on
+``n`` and ``P``, each chunk's partial sums are added in chunk order, so the result is
+bit-identical for any number of threads, serial or parallel variant.
 """
+
+import functools
 
 import numpy as np
 from numba import get_num_threads, njit, prange
@@ -44,14 +50,17 @@ from .objective import (
     GATE_OUTPUT,
     GATE_SDPA,
     MAX_CHUNKS,
+    _chunks,
     _forward_block,
     _linear,
-    _mixed_values,
     _offsets,
     _temporaries,
+    chunk_total,
+    mixed_values,
+    use_serial,
 )
 from .rows import combine_rows, gated_sum
-from .target import wide_vectors
+from .target import INTERNAL, wide_vectors
 
 __all__ = ["gauss_newton_sums", "sum_of_squares", "jacobian_matrix"]
 
@@ -60,19 +69,19 @@ _FM = {"reassoc", "contract"}
 _MAX_PARTIAL = 1 << 20
 
 
-@njit(cache=True)
 def _jchunks(n, width):
     """Blocks and chunks; the chunk count depends only on ``n`` and ``width`` (determinism)."""
     nblocks = (n + BLOCK - 1) // BLOCK
     cap = max(1, _MAX_PARTIAL // width)
-    return nblocks, min(MAX_CHUNKS, nblocks, cap)
+    return nblocks, max(1, min(MAX_CHUNKS, nblocks, cap))
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
 def _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, phu, dphu,
                     v, du, fo, fh, tmp):
     """Rows ``J[p, :b] = ∂f/∂theta_p`` of a block after :func:`_forward_block`."""
     wide_vectors()
+    zero = np.int64(0)  # row 0 as an int64, not a literal (see objective._forward_block)
     D = x.shape[0]
     T, o1, o2, P = _offsets(H, N, K, D)
     for h in range(H):
@@ -87,7 +96,7 @@ def _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, p
                 for i in range(N):
                     ri = r0 + i
                     r = ri * K + k
-                    combine_rows(theta, o2 + r * D, D, x, tmp, 0, b)  # a_ik·x
+                    combine_rows(theta, o2 + r * D, D, x, tmp, zero, b)  # a_ik·x
                     for t in range(b):
                         J[hk, t] += g[ri, t] * tmp[0, t]
                     for d in range(D):
@@ -159,7 +168,7 @@ def _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, p
                 J[p, t] *= fo[2, t]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
 def _accumulate_block(J, res, P, b, acc):
     """Add the block's upper triangle of ``JᵀJ``, ``Jᵀr``, ``Σr²`` and ``ΣJ`` to ``acc``."""
     wide_vectors()
@@ -216,49 +225,79 @@ def _accumulate_block(J, res, P, b, acc):
     acc[idx + 2 * P + 1] += s1
 
 
-@njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
-def _gauss_newton_sums(theta, XT, y, offset, H, N, K, D, gate, act, nthreads):
+@njit(cache=True, error_model="numpy", fastmath=_FM)
+def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, partial, out, sums):
+    """Chunks ``wk, wk + nworkers, …`` of one pass over the samples.
+
+    The forward pass writes ``f_theta(x_j)`` into ``out[j]`` when ``out`` has ``n`` entries;
+    with ``sums``, each chunk's Gauss–Newton sums go into ``partial[c]``. Prediction and the
+    sums share this one compiled pass (a second one would be compiled again on a cold start).
+    """
     wide_vectors()
-    n = XT.shape[1]
-    T, o1, o2, P = _offsets(H, N, K, D)
-    bv = _mixed_values(theta, H, N, K, D, gate)
-    ntri = P * (P + 1) // 2
-    width = ntri + 2 * P + 2  # [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
-    nblocks, nchunks = _jchunks(n, width)
-    partial = np.zeros((nchunks, width))
-    nworkers = min(nthreads, nchunks)
-    for wk in prange(nworkers):
-        (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
-         fh) = _temporaries(H, N, K, D, gate)
-        J = np.empty((P, BLOCK))
-        res = np.empty(BLOCK)
-        for c in range(wk, nchunks, nworkers):
-            acc = partial[c]
-            for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
-                j0 = blk * BLOCK
-                b = min(BLOCK, n - j0)
-                _forward_block(
-                    XT, j0, b, theta, bv, H, N, K, gate, act,
-                    x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
-                )
+    D, n = XT.shape
+    P = _offsets(H, N, K, D)[3]
+    nchunks = partial.shape[0]
+    nblocks = (n + BLOCK - 1) // BLOCK
+    values = out.shape[0] == n
+    (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
+     fh) = _temporaries(H, N, K, D, gate)
+    J = np.empty((P if sums else 0, BLOCK))
+    res = np.empty(BLOCK)
+    for c in range(wk, nchunks, nworkers):
+        acc = partial[c]
+        for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
+            j0 = blk * BLOCK
+            b = min(BLOCK, n - j0)
+            _forward_block(
+                XT, j0, b, theta, bv, H, N, K, gate, act,
+                x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
+            )
+            if values:
+                for t in range(b):
+                    out[j0 + t] = f[t]
+            if sums:
                 for t in range(b):
                     res[t] = f[t] + offset - y[j0 + t]
                 _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u,
                                 phu, dphu, v, du, fo, fh, coef)
                 _accumulate_block(J, res, P, b, acc)
-    total = np.zeros(width)
-    for c in range(nchunks):
-        for p in range(width):
-            total[p] += partial[c, p]
-    JtJ = np.empty((P, P))
-    idx = 0
-    for p in range(P):
-        for q in range(p, P):
-            JtJ[p, q] = total[idx]
-            JtJ[q, p] = total[idx]
-            idx += 1
-    return (JtJ, total[ntri:ntri + P].copy(), total[ntri + P],
-            total[ntri + P + 1:ntri + 2 * P + 1].copy(), total[ntri + 2 * P + 1])
+
+
+@functools.lru_cache(maxsize=64)
+def _upper(P):
+    """Row and column indices of the upper triangle of a P × P matrix, row by row."""
+    return np.triu_indices(P)
+
+
+@njit(cache=True, parallel=_PARALLEL)
+def _pass(theta, XT, y, offset, bv, H, N, K, gate, act, partial, out, sums, nthreads):
+    nworkers = min(nthreads, partial.shape[0])
+    for wk in prange(nworkers):
+        _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, partial, out,
+                     sums)
+
+
+def _run_pass(theta, XT, y, offset, H, N, K, D, gate, act, partial, out, sums):
+    """One pass, serial or parallel (:func:`~.objective.use_serial`)."""
+    bv = mixed_values(theta, H, N, K, D, gate)
+    nthreads = get_num_threads()
+    if use_serial(XT.shape[1], nthreads):
+        _pass_worker(0, 1, theta, XT, y, offset, bv, H, N, K, gate, act, partial, out, sums)
+    else:
+        _pass(theta, XT, y, offset, bv, H, N, K, gate, act, partial, out, sums, nthreads)
+
+
+def forward_values(theta, XT, H, N, K, D, gate, act):
+    """``f_theta(x_j)`` for every column of ``XT`` (shape (D, n)); see ``objective.predict``."""
+    n = XT.shape[1]
+    out = np.empty(n)
+    partial = np.zeros((_chunks(n)[1], 0))  # no sums: the chunks only split the work
+    _run_pass(theta, XT, _NO_TARGETS, 0.0, H, N, K, D, gate, act, partial, out, False)
+    return out
+
+
+_NO_TARGETS = np.zeros(0)
+_NO_VALUES = np.zeros(0)
 
 
 def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
@@ -291,52 +330,37 @@ def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
         ``Σ_j r_j``. With ``colsum`` and ``n``, the intercept's row and column of the
         extended system (module docstring).
     """
-    return _gauss_newton_sums(theta, XT, y, float(offset), H, N, K, D, gate, act,
-                              get_num_threads())
-
-
-@njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
-def _sum_of_squares(theta, XT, y, offset, H, N, K, D, gate, act, nthreads):
-    wide_vectors()
     n = XT.shape[1]
-    bv = _mixed_values(theta, H, N, K, D, gate)
-    nblocks, nchunks = _jchunks(n, 1)
-    nchunks = min(nchunks, MAX_CHUNKS)
-    partial = np.zeros(max(nchunks, 1))
-    nworkers = min(nthreads, nchunks)
-    for wk in prange(nworkers):
-        (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
-         fh) = _temporaries(H, N, K, D, gate)
-        for c in range(wk, nchunks, nworkers):
-            acc = 0.0
-            for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
-                j0 = blk * BLOCK
-                b = min(BLOCK, n - j0)
-                _forward_block(
-                    XT, j0, b, theta, bv, H, N, K, gate, act,
-                    x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
-                )
-                for t in range(b):
-                    r = f[t] + offset - y[j0 + t]
-                    acc += r * r
-            partial[c] = acc
-    total = 0.0
-    for c in range(nchunks):
-        total += partial[c]
-    return total
+    P = theta.shape[0]
+    ntri = P * (P + 1) // 2
+    width = ntri + 2 * P + 2  # per chunk: [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
+    partial = np.zeros((_jchunks(n, width)[1], width))
+    _run_pass(theta, XT, y, float(offset), H, N, K, D, gate, act, partial, _NO_VALUES, True)
+    total = chunk_total(partial)
+    JtJ = np.empty((P, P))
+    iu, ju = _upper(P)
+    JtJ[iu, ju] = total[:ntri]
+    JtJ[ju, iu] = total[:ntri]
+    return (JtJ, total[ntri:ntri + P].copy(), float(total[ntri + P]),
+            total[ntri + P + 1:ntri + 2 * P + 1].copy(), float(total[ntri + 2 * P + 1]))
 
 
 def sum_of_squares(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
-    """``Σ_j (f_theta(x_j) + offset − y_j)²`` (forward pass only; same chunking as above)."""
-    return _sum_of_squares(theta, XT, y, float(offset), H, N, K, D, gate, act,
-                           get_num_threads())
+    """``Σ_j (f_theta(x_j) + offset − y_j)²`` from one forward pass (:func:`forward_values`).
+
+    The same for any number of threads: the values are, and NumPy's pairwise sum (not a BLAS
+    call, whose threads could change the order) adds them after the pass.
+    """
+    r = forward_values(theta, XT, H, N, K, D, gate, act)
+    r += float(offset)
+    r -= y
+    return float(np.sum(r * r))
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)
-def _jacobian_matrix(theta, XT, H, N, K, D, gate, act):
+def _jacobian_matrix(theta, XT, bv, H, N, K, D, gate, act):
     n = XT.shape[1]
     P = _offsets(H, N, K, D)[3]
-    bv = _mixed_values(theta, H, N, K, D, gate)
     out = np.empty((n, P))
     (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
      fh) = _temporaries(H, N, K, D, gate)
@@ -359,4 +383,5 @@ def jacobian_matrix(theta, XT, H, N, K, D, gate, act):
     For references and tests only: the solvers use :func:`gauss_newton_sums`, which never
     stores it.
     """
-    return _jacobian_matrix(theta, XT, H, N, K, D, gate, act)
+    return _jacobian_matrix(theta, XT, mixed_values(theta, H, N, K, D, gate), H, N, K, D, gate,
+                            act)

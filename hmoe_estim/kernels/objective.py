@@ -34,6 +34,16 @@ allocating its temporaries once and taking chunks round-robin, so the number of 
 per call does not grow with the number of chunks (a fixed cost that would break linear scaling
 in ``n``).
 
+Serial and parallel variants: below ``SERIAL_SAMPLES`` samples, or on one thread, the
+compiled per-worker function is called straight from Python for all chunks; otherwise a small
+compiled wrapper runs the workers in a ``prange``. Both deal the same chunks and add them in
+the same order, so they give the same bits. The split is for start-up time: Numba compiles the
+machine code of every callee again into each compiled caller, and a parallel loop costs
+seconds of compilation on top of that, so a first small fit should compile neither (timings:
+the documentation's performance page). For the same reason the internal functions carry no
+CPython wrapper (``target.INTERNAL``) and take row indices as ``int64`` variables, never as
+literal constants, which Numba would compile as separate signatures.
+
 ``fastmath`` is limited to ``reassoc`` and ``contract`` (re-association for vectorised sums,
 fused multiply-add): the ``nnan``/``ninf`` flags are *not* set, so NaN and inf propagate.
 
@@ -47,10 +57,13 @@ from numba import get_num_threads, njit, prange
 from .activations import activation_rows
 from .gate import gate_rows, pair_products
 from .rows import accumulate_dots, combine_rows, gated_sum
-from .target import FASTMATH, wide_vectors
+from .target import FASTMATH, INTERNAL, wide_vectors
 
 BLOCK = 256
 MAX_CHUNKS = 64
+#: Below this many samples the kernels run serially whatever the thread count (eight blocks:
+#: too little work to share between threads).
+SERIAL_SAMPLES = 2048
 _FM = FASTMATH
 # Only the explicit ``prange`` over workers is parallel: with ``parallel=True`` Numba would also
 # turn the ``np.zeros`` of the partial sums into parallel regions, each of which wakes the
@@ -78,23 +91,32 @@ def _linear(gate):
     return gate == GATE_NONE or gate == GATE_OUTPUT
 
 
-@njit(cache=True)
-def _mixed_values(theta, H, N, K, D, gate):
-    """``b[h, i] = Σ_k omega[h, k] a[h, i, k]``, flattened (H·N·D,); empty unless linear."""
-    if not _linear(gate):
+def mixed_values(theta, H, N, K, D, gate):
+    """``b[h, i] = Σ_k omega[h, k] a[h, i, k]``, flattened (H·N·D,); empty unless linear.
+
+    Plain NumPy (called once per kernel call, before the compiled pass); the sum over ``k``
+    runs in order, one product at a time.
+    """
+    if gate != GATE_NONE and gate != GATE_OUTPUT:
         return np.zeros(0)
-    o2 = _offsets(H, N, K, D)[2]
-    bv = np.zeros(H * N * D)
-    for h in range(H):
-        for i in range(N):
-            for k in range(K):
-                w = theta[h * K + k]
-                for d in range(D):
-                    bv[(h * N + i) * D + d] += w * theta[o2 + ((h * N + i) * K + k) * D + d]
-    return bv
+    o2 = H * K + H * (N - 1) * (D * (D + 1) // 2)
+    omega = theta[:H * K].reshape(H, K)
+    a = theta[o2:o2 + H * N * K * D].reshape(H, N, K, D)
+    bv = np.zeros((H, N, D))
+    for k in range(K):
+        bv += omega[:, k, None, None] * a[:, :, k, :]
+    return bv.ravel()
 
 
-@njit(cache=True)
+def chunk_total(partial):
+    """``Σ_c partial[c]``, added in chunk order (the same bits for any number of threads)."""
+    total = partial[0].copy()
+    for c in range(1, partial.shape[0]):
+        total += partial[c]
+    return total
+
+
+@njit(cache=True, **INTERNAL)
 def _temporaries(H, N, K, D, gate):
     """Per-worker scratch, rows × samples of a block.
 
@@ -125,7 +147,7 @@ def _temporaries(H, N, K, D, gate):
     )
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
 def _forward_block(
     XT, j0, b, theta, bv, H, N, K, gate, act,
     x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
@@ -138,6 +160,7 @@ def _forward_block(
     ``fo[1] = φ(f_MHA)``, ``fo[2] = φ'(f_MHA)``.
     """
     wide_vectors()
+    zero = np.int64(0)  # row 0 as an int64, not a literal: one compiled signature per helper
     D = x.shape[0]
     T, o1, o2, P = _offsets(H, N, K, D)
     for d in range(D):
@@ -177,8 +200,8 @@ def _forward_block(
                 ri = h * N + i
                 for k in range(K):
                     r = ri * K + k
-                    combine_rows(theta, o2 + r * D, D, x, z, 0, b)
-                    activation_rows(act, z, 0, phz, r, dphz, r, b)
+                    combine_rows(theta, o2 + r * D, D, x, z, zero, b)
+                    activation_rows(act, z, zero, phz, r, dphz, r, b)
                     w = theta[h * K + k]
                     if k == 0:
                         for t in range(b):
@@ -191,12 +214,12 @@ def _forward_block(
     if gate == GATE_OUTPUT:
         for t in range(b):
             fo[0, t] = f[t]
-        activation_rows(act, fo, 0, fo, 1, fo, 2, b)
+        activation_rows(act, fo, zero, fo, zero + 1, fo, zero + 2, b)
         for t in range(b):
             f[t] = fo[1, t]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
 def _backward_block(
     b, theta, H, N, K, gate, acc, oG, e, x, xx, g, z, phz, dphz, vv, u, phu, dphu,
     v, du, coef, ones, fh,
@@ -208,6 +231,7 @@ def _backward_block(
     ``v[i]`` receives ``∂/∂s_i`` (``s_i = xᵀ M[h, i] x``) for the free tokens ``i < N-1``.
     """
     wide_vectors()
+    zero = np.int64(0)  # as in _forward_block
     D = x.shape[0]
     T, o1, o2, P = _offsets(H, N, K, D)
     for h in range(H):
@@ -217,7 +241,7 @@ def _backward_block(
             gated_sum(g, z, r0, N, fh, b)
             for i in range(N):
                 r = r0 + i
-                accumulate_dots(e, 0, g, r, 1.0, x, D, acc, oG + r * D, b)
+                accumulate_dots(e, zero, g, r, 1.0, x, D, acc, oG + r * D, b)
                 if i < N - 1:
                     for t in range(b):
                         v[i, t] = e[0, t] * g[r, t] * (z[r, t] - fh[t])
@@ -265,21 +289,32 @@ def _backward_block(
                     for t in range(b):
                         sacc += coef[0, t] * phz[r, t]
                     acc[h * K + k] += sacc
-                    accumulate_dots(coef, 0, dphz, r, theta[h * K + k], x, D, acc, o2 + r * D, b)
+                    accumulate_dots(coef, zero, dphz, r, theta[h * K + k], x, D, acc,
+                                    o2 + r * D, b)
                 # ∂/∂s_i = e g_i (vv_i − f_h)
                 if i < N - 1:
                     for t in range(b):
                         v[i, t] = coef[0, t] * (vv[ri, t] - fh[t])
         # ∂/∂M_i[pq] = Σ_t (∂/∂s_i) c_pq x_p x_q, only for the free tokens i < N-1
         for i in range(N - 1):
-            accumulate_dots(v, i, ones, 0, 1.0, xx, T, acc, o1 + (h * (N - 1) + i) * T, b)
+            accumulate_dots(v, i, ones, zero, 1.0, xx, T, acc, o1 + (h * (N - 1) + i) * T, b)
 
 
-@njit(cache=True)
+def use_serial(n, nthreads):
+    """Whether a call runs the serial variant of a kernel: one thread, or few samples.
+
+    The serial and the parallel variants deal the same chunks to workers and add the chunks'
+    sums in the same order, so they return the same bits. The serial ones exist for start-up:
+    a first small fit compiles no parallel region (a parallel loop costs seconds of
+    compilation on top of its body; timings: the documentation's performance page).
+    """
+    return nthreads <= 1 or n < SERIAL_SAMPLES
+
+
 def _chunks(n):
+    """Blocks and chunks of ``n`` samples; the chunk count depends only on ``n``."""
     nblocks = (n + BLOCK - 1) // BLOCK
-    nchunks = min(MAX_CHUNKS, nblocks)
-    return nblocks, nchunks
+    return nblocks, max(1, min(MAX_CHUNKS, nblocks))
 
 
 def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, fit_intercept=False, alpha=0.0):
@@ -322,57 +357,79 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, fit_intercept=Fa
             f"theta has {theta.shape[0]} entries; (H, N, K, D) = {(H, N, K, D)} with "
             f"fit_intercept={bool(fit_intercept)} needs {P}."
         )
-    return _objective_and_gradient(
-        theta, XT, y, H, N, K, D, gate, act, get_num_threads(), bool(fit_intercept),
-        float(alpha),
-    )
-
-
-@njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
-def _objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, nthreads, fit_intercept, alpha):
-    wide_vectors()
     n = XT.shape[1]
-    T, o1, o2, P = _offsets(H, N, K, D)
-    bv = _mixed_values(theta, H, N, K, D, gate)
-    c0 = theta[P] if fit_intercept else 0.0  # the intercept, after the measure's entries
+    bv = mixed_values(theta, H, N, K, D, gate)
+    # per chunk: [gradient of the measure's entries | loss | Σ r | G[h, i] (linear gates)]
+    Pm = _offsets(H, N, K, D)[3]
+    partial = np.zeros((_chunks(n)[1], Pm + 2 + bv.shape[0]))
+    c0 = float(theta[Pm]) if fit_intercept else 0.0
+    nthreads = get_num_threads()
+    if use_serial(n, nthreads):
+        _objective_worker(0, 1, theta, XT, y, bv, H, N, K, gate, act, c0, partial)
+    else:
+        _objective_and_gradient(theta, XT, y, bv, H, N, K, gate, act, c0, partial, nthreads)
+    return _objective_total(chunk_total(partial), theta, n, H, N, K, D, gate,
+                            bool(fit_intercept), float(alpha))
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM)
+def _objective_worker(wk, nworkers, theta, XT, y, bv, H, N, K, gate, act, c0, partial):
+    """Chunks ``wk, wk + nworkers, …`` of the fused pass: loss, Σ r and gradient sums per chunk.
+
+    ``partial[c]`` receives chunk ``c``'s sums (layout of :func:`_objective_and_gradient`).
+    The parallel and the serial variant both call this, so they add the same numbers in the
+    same order.
+    """
+    wide_vectors()
+    D, n = XT.shape
+    P = _offsets(H, N, K, D)[3]
     oG = P + 2  # loss, Σ residuals, then G[h, i] (linear gates) after the gradient
-    width = oG + bv.shape[0]
-    nblocks, nchunks = _chunks(n)
-    partial = np.zeros((nchunks, width))
+    nblocks = (n + BLOCK - 1) // BLOCK
+    nchunks = partial.shape[0]
     scale = 2.0 / n
-    nworkers = min(nthreads, nchunks)
-    for wk in prange(nworkers):  # one set of temporaries per worker, chunks dealt round-robin
-        (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
-         fh) = _temporaries(H, N, K, D, gate)
-        for c in range(wk, nchunks, nworkers):
-            acc = partial[c]
-            for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
-                j0 = blk * BLOCK
-                b = min(BLOCK, n - j0)
-                _forward_block(
-                    XT, j0, b, theta, bv, H, N, K, gate, act,
-                    x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
-                )
-                loss = 0.0
-                rsum = 0.0
+    (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
+     fh) = _temporaries(H, N, K, D, gate)
+    for c in range(wk, nchunks, nworkers):
+        acc = partial[c]
+        for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
+            j0 = blk * BLOCK
+            b = min(BLOCK, n - j0)
+            _forward_block(
+                XT, j0, b, theta, bv, H, N, K, gate, act,
+                x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
+            )
+            loss = 0.0
+            rsum = 0.0
+            for t in range(b):
+                r = f[t] + c0 - y[j0 + t]
+                loss += r * r
+                rsum += r
+                e[0, t] = scale * r
+            acc[P] += loss
+            acc[P + 1] += rsum
+            if gate == GATE_OUTPUT:
                 for t in range(b):
-                    r = f[t] + c0 - y[j0 + t]
-                    loss += r * r
-                    rsum += r
-                    e[0, t] = scale * r
-                acc[P] += loss
-                acc[P + 1] += rsum
-                if gate == GATE_OUTPUT:
-                    for t in range(b):
-                        e[0, t] *= fo[2, t]
-                _backward_block(
-                    b, theta, H, N, K, gate, acc, oG, e, x, xx, g, z, phz, dphz, vv, u, phu,
-                    dphu, v, du, coef, ones, fh,
-                )
-    total = np.zeros(width)
-    for c in range(nchunks):
-        for p in range(width):
-            total[p] += partial[c, p]
+                    e[0, t] *= fo[2, t]
+            _backward_block(
+                b, theta, H, N, K, gate, acc, oG, e, x, xx, g, z, phz, dphz, vv, u, phu,
+                dphu, v, du, coef, ones, fh,
+            )
+
+
+@njit(cache=True, parallel=_PARALLEL)
+def _objective_and_gradient(theta, XT, y, bv, H, N, K, gate, act, c0, partial, nthreads):
+    nworkers = min(nthreads, partial.shape[0])
+    for wk in prange(nworkers):  # one set of temporaries per worker, chunks dealt round-robin
+        _objective_worker(wk, nworkers, theta, XT, y, bv, H, N, K, gate, act, c0, partial)
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM)
+def _objective_total(total, theta, n, H, N, K, D, gate, fit_intercept, alpha):
+    """The value and gradient from the summed chunks ``total``."""
+    wide_vectors()
+    T, o1, o2, P = _offsets(H, N, K, D)
+    oG = P + 2
+    scale = 2.0 / n
     grad = np.empty(P + 1 if fit_intercept else P)
     grad[:P] = total[:P]
     if fit_intercept:
@@ -409,29 +466,11 @@ def _objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, nthreads, fit_i
 
 
 def predict(theta, XT, H, N, K, D, gate, act):
-    """``f_theta(x_j)`` for every column of ``XT`` (shape (D, n))."""
-    return _predict(theta, XT, H, N, K, D, gate, act, get_num_threads())
+    """``f_theta(x_j)`` for every column of ``XT`` (shape (D, n)).
 
+    The pass is :func:`hmoe_estim.kernels.jacobian.forward_values`, which the Gauss–Newton
+    sums share: one compiled pass for both.
+    """
+    from .jacobian import forward_values  # jacobian.py imports this module
 
-@njit(cache=True, error_model="numpy", parallel=_PARALLEL, fastmath=_FM)
-def _predict(theta, XT, H, N, K, D, gate, act, nthreads):
-    wide_vectors()
-    n = XT.shape[1]
-    bv = _mixed_values(theta, H, N, K, D, gate)
-    nblocks, nchunks = _chunks(n)
-    out = np.empty(n)
-    nworkers = min(nthreads, nchunks)
-    for wk in prange(nworkers):
-        (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
-         fh) = _temporaries(H, N, K, D, gate)
-        for c in range(wk, nchunks, nworkers):
-            for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
-                j0 = blk * BLOCK
-                b = min(BLOCK, n - j0)
-                _forward_block(
-                    XT, j0, b, theta, bv, H, N, K, gate, act,
-                    x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
-                )
-                for t in range(b):
-                    out[j0 + t] = f[t]
-    return out
+    return forward_values(theta, XT, H, N, K, D, gate, act)

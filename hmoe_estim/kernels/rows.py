@@ -22,12 +22,12 @@ alias checks, the final horizontal sums), so fewer, fuller passes are faster.
 
 from numba import njit
 
-from .target import FASTMATH, wide_vectors
+from .target import FASTMATH, INTERNAL, wide_vectors
 
 _FM = FASTMATH
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
 def combine_rows(c, c0, J, rows, out, ro, b):
     """``out[ro, :b] = Σ_{j<J} c[c0 + j] rows[j, :b]`` (``J >= 1``)."""
     wide_vectors()
@@ -72,7 +72,7 @@ def combine_rows(c, c0, J, rows, out, ro, b):
         j += m
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
 def accumulate_dots(p, pr, q, qr, scale, rows, J, acc, a0, b):
     """``acc[a0 + j] += scale Σ_{t<b} p[pr, t] q[qr, t] rows[j, t]`` for ``j < J``."""
     wide_vectors()
@@ -111,7 +111,7 @@ def accumulate_dots(p, pr, q, qr, scale, rows, J, acc, a0, b):
         j += m
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FM)
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
 def gated_sum(g, vals, r0, N, out, b):
     """``out[:b] = Σ_{i<N} g[r0 + i, :b] vals[r0 + i, :b]`` (1-D ``out``)."""
     wide_vectors()

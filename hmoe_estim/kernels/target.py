@@ -25,6 +25,10 @@ _ATTRIBUTE = '"prefer-vector-width"="512"'
 #: ``exp`` and activation kernels use ``{"contract"}`` alone.
 FASTMATH = {"reassoc", "contract"}
 
+#: Options of the functions only compiled code calls (the block passes and their row helpers):
+#: no CPython or C wrapper is generated for them, which shortens the first compilation.
+INTERNAL = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+
 if numba.config.DISABLE_JIT:
 
     def wide_vectors():

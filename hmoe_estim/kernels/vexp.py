@@ -79,7 +79,7 @@ else:
         return types.float64(types.int64), codegen
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"}, inline="always")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def vexp(x):
     """``exp(x)`` for a float64 scalar, in straight-line arithmetic (see the module docstring)."""
     # clamp to the representable range; NaN fails both tests, stays NaN through the
