@@ -118,7 +118,7 @@ def test_small_inputs_run_serially_with_the_same_result():
     # below SERIAL_SAMPLES the kernels take the serial path whatever the thread count; the
     # parallel wrappers, called directly, return the same bits
     from hmoe_estim.kernels import objective as O
-    from hmoe_estim.kernels.jacobian import _pass, gauss_newton_sums
+    from hmoe_estim.kernels.jacobian import _entry, gauss_newton_sums
 
     shape = (1, 2, 2, 3)
     rng = np.random.default_rng(4)
@@ -130,13 +130,15 @@ def test_small_inputs_run_serially_with_the_same_result():
         bv = O.mixed_values(theta, *shape, gate)
         nchunks = O._chunks(XT.shape[1])[1]
         out = np.empty(XT.shape[1])
-        _pass(theta, XT, y, 0.0, bv, *shape[:3], gate, 0, np.zeros((nchunks, 0)), out, False, 2)
+        _entry(True, gate, 0)(theta, XT, y, 0.0, bv, *shape[:3], gate, 0,
+                              np.zeros((nchunks, 0)), out, False, 2)
         np.testing.assert_array_equal(out, O.predict(theta, XT, *shape, gate, 0))
         serial = gauss_newton_sums(theta, XT, y, *shape, gate, 0)
         P = theta.shape[0]
         width = P * (P + 1) // 2 + 2 * P + 2
         partial = np.zeros((nchunks, width))
-        _pass(theta, XT, y, 0.0, bv, *shape[:3], gate, 0, partial, np.zeros(0), True, 2)
+        _entry(True, gate, 0)(theta, XT, y, 0.0, bv, *shape[:3], gate, 0, partial, np.zeros(0),
+                              True, 2)
         total = O.chunk_total(partial)
         np.testing.assert_array_equal(total[-1], serial[4])
         np.testing.assert_array_equal(total[P * (P + 1) // 2:][:P], serial[1])

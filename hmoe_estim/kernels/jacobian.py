@@ -32,7 +32,10 @@ and ``∂f/∂M[h, i][pq] = (∂f/∂s_i) c_pq x_p x_q`` for the free tokens ``i
 The forward pass is :func:`~.objective._forward_block`, so ``f`` is the same number the
 objective kernel computes. Prediction (:func:`forward_values`, behind
 ``objective.predict``) runs the same compiled pass without the sums: the data generator, the
-solver's trial points and the Gauss–Newton sums need one compilation, not two.
+solver's trial points and the Gauss–Newton sums need one compilation, not two. The pass is
+compiled per gate and activation (:func:`_entry`: the two codes are literal types, so only
+their branches are compiled — a fifth less compilation for a first fit — and Python calls the
+compiled entry point directly).
 
 Determinism as in :mod:`.objective`: blocks are grouped in chunks whose number depends only on
 ``n`` and ``P``, each chunk's partial sums are added in chunk order, so the result is
@@ -41,18 +44,19 @@ bit-identical for any number of threads, serial or parallel variant.
 
 import functools
 
+import numba
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import get_num_threads, njit, prange, types
 
 from .objective import (
     _PARALLEL,
     BLOCK,
+    GATE_NONE,
     GATE_OUTPUT,
     GATE_SDPA,
     MAX_CHUNKS,
     _chunks,
     _forward_block,
-    _linear,
     _offsets,
     _temporaries,
     chunk_total,
@@ -86,7 +90,7 @@ def _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, p
     T, o1, o2, P = _offsets(H, N, K, D)
     for h in range(H):
         r0 = h * N
-        if _linear(gate):
+        if gate == GATE_NONE or gate == GATE_OUTPUT:  # compared here: a literal gate prunes
             gated_sum(g, z, r0, N, fh, b)  # f_h, z[r] = b_i·x
             for k in range(K):
                 hk = h * K + k
@@ -277,14 +281,49 @@ def _pass(theta, XT, y, offset, bv, H, N, K, gate, act, partial, out, sums, nthr
                      sums)
 
 
+_ENTRIES = {}
+
+
+def _entry(parallel, gate, act):
+    """The pass compiled for one gate and one activation, as a direct entry point.
+
+    ``gate`` and ``act`` enter the signature as literal types, so Numba compiles only their
+    branches of the block passes (the others are dropped before typing), and the entry point
+    is called without the dispatcher's type matching. Every other argument has one fixed type,
+    which :func:`_run_pass` ensures (C-contiguous float64 arrays).
+    """
+    key = (parallel, gate, act)
+    entry = _ENTRIES.get(key)
+    if entry is None:
+        if numba.config.DISABLE_JIT:
+            entry = _pass if parallel else _pass_worker
+        else:
+            i8, f8 = types.int64, types.float64
+            a1, a2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
+            args = (a1, a2, a1, f8, a1, i8, i8, i8, types.literal(int(gate)),
+                    types.literal(int(act)), a2, a1, types.boolean)
+            if parallel:
+                entry = _pass.compile(args + (i8,))
+            else:
+                entry = _pass_worker.compile((i8, i8) + args)
+        _ENTRIES[key] = entry
+    return entry
+
+
 def _run_pass(theta, XT, y, offset, H, N, K, D, gate, act, partial, out, sums):
     """One pass, serial or parallel (:func:`~.objective.use_serial`)."""
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    XT = np.ascontiguousarray(XT, dtype=np.float64)
+    y = np.ascontiguousarray(y, dtype=np.float64)
     bv = mixed_values(theta, H, N, K, D, gate)
+    H, N, K, offset, sums = int(H), int(N), int(K), float(offset), bool(sums)
     nthreads = get_num_threads()
     if use_serial(XT.shape[1], nthreads):
-        _pass_worker(0, 1, theta, XT, y, offset, bv, H, N, K, gate, act, partial, out, sums)
+        _entry(False, gate, act)(0, 1, theta, XT, y, offset, bv, H, N, K, gate, act, partial,
+                                 out, sums)
     else:
-        _pass(theta, XT, y, offset, bv, H, N, K, gate, act, partial, out, sums, nthreads)
+        _entry(True, gate, act)(theta, XT, y, offset, bv, H, N, K, gate, act, partial, out,
+                                sums, nthreads)
 
 
 def forward_values(theta, XT, H, N, K, D, gate, act):

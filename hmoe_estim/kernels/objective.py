@@ -171,7 +171,7 @@ def _forward_block(
         f[t] = 0.0
     for h in range(H):
         gate_rows(theta, o1, h, N, xx, s, g, work, b)
-        if _linear(gate):  # f += Σ_i g_i b_i·x
+        if gate == GATE_NONE or gate == GATE_OUTPUT:  # f += Σ_i g_i b_i·x
             for i in range(N):
                 r = h * N + i
                 combine_rows(bv, r * D, D, x, z, r, b)
