@@ -56,12 +56,15 @@ def signed_bounds(bounds, shape):
 
 
 def fold_signs(theta, shape):
-    """Map every channel with ``ω < 0`` to ``(−ω, −a)`` (same ``f`` under the symmetry)."""
+    """Map every channel with ``ω < 0`` to ``(−ω, −a)`` (same ``f`` under the symmetry).
+
+    Entries after the measure's (an intercept) are kept as they are.
+    """
     H, N, K, D = shape
     theta = np.array(theta, dtype=np.float64)
     T = D * (D + 1) // 2
     o2 = H * K + H * (N - 1) * T
-    a = theta[o2:].reshape(H, N, K, D)
+    a = theta[o2:o2 + H * N * K * D].reshape(H, N, K, D)
     for h in range(H):
         for k in range(K):
             if theta[h * K + k] < 0:
@@ -86,8 +89,13 @@ def count_agreeing(objectives, n_samples, agree_tol=1.0):
 
 
 def race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, max_iter, tol,
-         signed, n_jobs=None, verbose=0):
+         signed, n_jobs=None, verbose=0, fit_intercept=False, alpha=0.0):
     """Racing Levenberg–Marquardt from ``starts``; returns ``(results, kept, race_passes)``.
+
+    With ``fit_intercept`` the starts, the bounds and the results' ``theta`` end with the
+    intercept ``c``; ``alpha`` is the ridge penalty of
+    ``kernels.objective.objective_and_gradient`` (the race's objectives, on the
+    subsample, are that objective there too).
 
     Every start runs ``race_iter`` iterations on at most ``RACE_SAMPLES`` evenly spaced
     samples; the ``n_keep`` lowest objectives (ties by start order) are resumed on all the
@@ -98,14 +106,17 @@ def race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, m
     """
     from ._gauss_newton import _single_thread_blas
 
+    options = {"fit_intercept": True} if fit_intercept else {}
+    if alpha > 0:
+        options["alpha"] = float(alpha)
     with _single_thread_blas():
         return _race(starts, XT, y, shape, gate, activation, bounds, n_keep=n_keep,
                      race_iter=race_iter, max_iter=max_iter, tol=tol, signed=signed,
-                     n_jobs=n_jobs, verbose=verbose)
+                     n_jobs=n_jobs, verbose=verbose, options=options)
 
 
 def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, max_iter, tol,
-          signed, n_jobs, verbose):
+          signed, n_jobs, verbose, options):
     from ._gauss_newton import run_lm_starts
 
     if signed:
@@ -119,14 +130,15 @@ def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, 
         else:
             XT_r, y_r = XT, y
         first = run_lm_starts(starts, XT_r, y_r, shape, gate, activation, bounds,
-                              n_jobs=n_jobs, verbose=verbose, max_iter=race_iter, tol=tol)
+                              n_jobs=n_jobs, verbose=verbose, max_iter=race_iter, tol=tol,
+                              **options)
         objs = np.array([r.objective for r in first])
         kept = [int(j) for j in np.argsort(objs, kind="stable")[:n_keep]]
         resumed = run_lm_starts(
             [first[j].theta for j in kept], XT, y, shape, gate, activation, bounds,
             n_jobs=n_jobs, verbose=verbose, max_iter=max(1, max_iter - race_iter), tol=tol,
             mu0s=[first[j].damping for j in kept],
-            counts=[(0, 0, first[j].n_iter) for j in kept],
+            counts=[(0, 0, first[j].n_iter) for j in kept], **options,
         )
         results = list(resumed)
         # the race's passes, in passes over the full data
@@ -134,7 +146,7 @@ def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, 
     else:
         kept = list(range(len(starts)))
         results = run_lm_starts(starts, XT, y, shape, gate, activation, bounds, n_jobs=n_jobs,
-                                verbose=verbose, max_iter=max_iter, tol=tol)
+                                verbose=verbose, max_iter=max_iter, tol=tol, **options)
         race_passes = 0
     if signed:
         for r in results:
