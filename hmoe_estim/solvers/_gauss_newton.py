@@ -174,10 +174,39 @@ def penalty_weights(shape):
     return np.concatenate([np.zeros(H * K), np.tile(tri, H * (N - 1)), np.ones(H * N * K * D)])
 
 
-def _solve(A, g, free, dscale, mu):
-    """Full-length damped step (zero off ``free``), or ``None`` if it cannot be computed."""
-    s, ok = _damped_step(A, g, free, dscale, mu)
-    return s if ok else None
+@njit(cache=True)
+def _prepare(A, g, theta, lower, upper, eps0):
+    """What an iteration needs before its trial steps, in one call (small-array NumPy calls
+    cost microseconds each, as much as the kernel on a race's subsample).
+
+    ``free``: not held at a bound by the gradient; ``dscale = max(diag A, 1e-12 · max diag A)``
+    (``1e-300`` at least); ``n_free``; and the Gauss–Newton step ``s_gn`` with relative
+    damping ``eps`` (``eps0``, times 100 while the factorisation fails, up to 1), ``ok``
+    False if none could be computed.
+    """
+    P = g.shape[0]
+    dmax = 0.0
+    for p in range(P):
+        if A[p, p] > dmax:
+            dmax = A[p, p]
+    floor = 1e-12 * max(dmax, 1e-300)
+    dscale = np.empty(P)
+    free = np.empty(P, dtype=np.bool_)
+    n_free = 0
+    for p in range(P):
+        dscale[p] = max(A[p, p], floor)
+        held = (theta[p] <= lower[p] and g[p] > 0) or (theta[p] >= upper[p] and g[p] < 0)
+        free[p] = not held
+        if not held:
+            n_free += 1
+    if n_free == 0:
+        return free, dscale, n_free, np.zeros(P), False
+    eps = eps0
+    s_gn, ok = _damped_step(A, g, free, dscale, eps)
+    while not ok and eps < 1.0:
+        eps *= 100.0
+        s_gn, ok = _damped_step(A, g, free, dscale, eps)
+    return free, dscale, n_free, s_gn, ok
 
 
 def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *, max_iter=200,
@@ -286,21 +315,13 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             if ssr <= floor:
                 return result(theta, ssr, n_iter + it, True,
                               "the residuals are at rounding level", mu)
-            dg = np.diag(A)
-            dscale = np.maximum(dg, 1e-12 * max(float(dg.max(initial=0.0)), 1e-300))
-            at_lo = theta <= lower
-            at_up = theta >= upper
-            free = ~((at_lo & (g > 0)) | (at_up & (g < 0)))
-            if not np.any(free):
+            # free set, damping scale and the Gauss–Newton step of the stopping rule
+            free, dscale, n_free, s_gn, ok = _prepare(A, g, theta, lower, upper,
+                                                      _EPS_DECREMENT)
+            if n_free == 0:
                 return result(theta, ssr, n_iter + it, True,
                               "every parameter is held at a bound", mu)
-            # Gauss–Newton decrement on the free parameters: the stopping rule
-            eps = _EPS_DECREMENT
-            s_gn = _solve(A, g, free, dscale, eps)
-            while s_gn is None and eps < 1.0:
-                eps *= 100.0
-                s_gn = _solve(A, g, free, dscale, eps)
-            decrement = float(-g @ s_gn) if s_gn is not None else np.inf
+            decrement = float(-g @ s_gn) if ok else np.inf
             if decrement <= max(tol * ssr, stat_tol * ssr / nm):
                 return result(theta, ssr, n_iter + it, True,
                               "the Gauss-Newton decrement is below tolerance", mu)
@@ -316,12 +337,12 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             it += 1
             accepted = False
             while mu <= _MU_MAX:
-                s = _solve(A, g, free, dscale, mu)
-                if s is None:  # singular / indefinite in rounding: more damping
+                s, ok = _damped_step(A, g, free, dscale, mu)
+                if not ok:  # singular / indefinite in rounding: more damping
                     mu *= nu
                     nu *= 2.0
                     continue
-                cand = np.clip(theta + s, lower, upper)
+                cand = np.minimum(np.maximum(theta + s, lower), upper)  # on the box
                 d = cand - theta
                 pred = -(g @ d + 0.5 * d @ (A @ d))  # decrease of ½Σr² the model predicts
                 if not np.isfinite(pred) or pred <= 0.0:
@@ -333,8 +354,11 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
                 # a dedicated sum-of-squares kernel cost 5.7 s more compilation in a fresh
                 # installation) and NumPy's pairwise sum: the same for any thread count
                 res = predict(th, XT, H, N, K, D, g_code, a_code)
-                res += off - y
-                new_ssr = float(np.sum(np.square(res)))
+                if fit_offset or off != 0.0:
+                    res += off - y
+                else:  # the same numbers as res + (0 − y)
+                    np.subtract(res, y, out=res)
+                new_ssr = float(np.add.reduce(np.square(res, out=res)))
                 if penalised:
                     new_ssr += float(pen @ (cand * cand))
                 n_fev += 1
@@ -355,8 +379,8 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
                 return result(theta, ssr, n_iter + it, ok, msg, _MU0)
             A_new, g_new, ssr_new = sums(theta)
             n_jac += 1
-            if not (np.isfinite(ssr_new) and np.all(np.isfinite(A_new))
-                    and np.all(np.isfinite(g_new))):
+            if not (np.isfinite(ssr_new) and np.isfinite(A_new).all()
+                    and np.isfinite(g_new).all()):
                 return result(theta, new_ssr, n_iter + it, False,
                               "the Jacobian is not finite at the accepted point", mu)
             A, g, ssr = A_new, g_new, ssr_new
