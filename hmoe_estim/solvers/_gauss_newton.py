@@ -175,14 +175,12 @@ def penalty_weights(shape):
 
 
 @njit(cache=True)
-def _prepare(A, g, theta, lower, upper, eps0):
-    """What an iteration needs before its trial steps, in one call (small-array NumPy calls
-    cost microseconds each, as much as the kernel on a race's subsample).
+def _free_set(A, g, theta, lower, upper):
+    """The free set and the damping scale of an iteration, in one call (a dozen small-array
+    NumPy calls cost as much as the kernel on a race's subsample).
 
     ``free``: not held at a bound by the gradient; ``dscale = max(diag A, 1e-12 · max diag A)``
-    (``1e-300`` at least); ``n_free``; and the Gauss–Newton step ``s_gn`` with relative
-    damping ``eps`` (``eps0``, times 100 while the factorisation fails, up to 1), ``ok``
-    False if none could be computed.
+    (``1e-300`` at least); ``n_free``: how many are free.
     """
     P = g.shape[0]
     dmax = 0.0
@@ -199,14 +197,7 @@ def _prepare(A, g, theta, lower, upper, eps0):
         free[p] = not held
         if not held:
             n_free += 1
-    if n_free == 0:
-        return free, dscale, n_free, np.zeros(P), False
-    eps = eps0
-    s_gn, ok = _damped_step(A, g, free, dscale, eps)
-    while not ok and eps < 1.0:
-        eps *= 100.0
-        s_gn, ok = _damped_step(A, g, free, dscale, eps)
-    return free, dscale, n_free, s_gn, ok
+    return free, dscale, n_free
 
 
 def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *, max_iter=200,
@@ -315,12 +306,16 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             if ssr <= floor:
                 return result(theta, ssr, n_iter + it, True,
                               "the residuals are at rounding level", mu)
-            # free set, damping scale and the Gauss–Newton step of the stopping rule
-            free, dscale, n_free, s_gn, ok = _prepare(A, g, theta, lower, upper,
-                                                      _EPS_DECREMENT)
+            free, dscale, n_free = _free_set(A, g, theta, lower, upper)
             if n_free == 0:
                 return result(theta, ssr, n_iter + it, True,
                               "every parameter is held at a bound", mu)
+            # Gauss–Newton decrement on the free parameters: the stopping rule
+            eps = _EPS_DECREMENT
+            s_gn, ok = _damped_step(A, g, free, dscale, eps)
+            while not ok and eps < 1.0:
+                eps *= 100.0
+                s_gn, ok = _damped_step(A, g, free, dscale, eps)
             decrement = float(-g @ s_gn) if ok else np.inf
             if decrement <= max(tol * ssr, stat_tol * ssr / nm):
                 return result(theta, ssr, n_iter + it, True,
