@@ -125,3 +125,25 @@ def test_race_carries_the_intercept_through_the_sign_fold():
         assert r.offset == pytest.approx(-2.0, abs=0.3)
     t = np.array([-1.0, 2.0, *range(n_params(*shape) - 2), 5.0])
     assert fold_signs(t, shape)[-1] == 5.0
+
+
+@pytest.mark.parametrize("gate,samples", [("none", 1024), ("output", 1024), ("value", 4096)])
+def test_race_subsample_per_gate(gate, samples, monkeypatch):
+    import hmoe_estim.solvers._gauss_newton as gn
+
+    seen = []
+    real = gn.run_lm_starts
+
+    def spy(starts, XT, *args, **kwargs):
+        seen.append(XT.shape[1])
+        return real(starts, XT, *args, **kwargs)
+
+    monkeypatch.setattr(gn, "run_lm_starts", spy)
+    X, y = make_hmoe_regression(5000, n_features=2, gate=gate, noise=0.05, random_state=0)
+    shape = (1, 2, 1, 2)
+    bounds = make_bounds(shape, omega_max=10.0, param_bound=10.0)
+    rng = np.random.default_rng(0)
+    starts = [np.clip(rng.normal(size=n_params(*shape)), *bounds) for _ in range(3)]
+    race(starts, np.require(X.T, requirements=["C", "W"]), y, shape, gate, "sigmoid", bounds,
+         n_keep=1, race_iter=2, max_iter=5, tol=1e-9, signed=False)
+    assert seen == [samples, 5000]  # the race on the subsample, the kept start on all

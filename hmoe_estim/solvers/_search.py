@@ -6,7 +6,8 @@ oracle (nothing about the truth), only the data and ordinary random starts:
 - **Racing** (successive halving in one round): ``n_candidates`` random starts each run
   ``race_iter`` Levenberg–Marquardt iterations (:mod:`hmoe_estim.solvers._gauss_newton`); the
   ``n_starts`` with the lowest objective then run to convergence on all the data, the others
-  are abandoned. The race runs on at most ``RACE_SAMPLES`` evenly spaced samples.
+  are abandoned. The race runs on at most ``RACE_SAMPLES`` evenly spaced samples
+  (``RACE_SAMPLES_LINEAR`` for the linear gates).
   A start's objective after a few Gauss–Newton steps already sorts most hopeless basins out.
   The estimator's defaults (128 candidates for 4 starts, 10 iterations) are measured in
   ``benchmarks/bench_solver.py``: no certified failure in 108 fits of its suite.
@@ -34,6 +35,14 @@ __all__ = ["has_sign_symmetry", "fold_signs", "signed_bounds", "count_agreeing",
 #: The race runs on at most this many (evenly spaced) samples: a few Gauss–Newton steps
 #: sort the basins as well on a subsample, at a fraction of the cost when ``n`` is large.
 RACE_SAMPLES = 4096
+#: ... and on at most this many for the linear gates (``"none"``, ``"output"``: ``f`` depends on
+#: ``(ω, a)`` only through ``b = Σ_k ω_k a_k``). Their candidates have nearly converged after
+#: the race's iterations (the kept ones need 1–2 more on all the data), so the race ranks
+#: almost final objectives, which 1024 samples resolve: on MHA truths (``H = 1, 2``,
+#: ``N = 2, 3``, ``n = 10⁴``) the same fits as with 4096, at a quarter of the race's cost.
+#: Gated candidates are far from converged after the race; 1024 samples there let 3 of 432
+#: fits of ``benchmarks/bench_solver.py`` fail the certificate (0 with 4096).
+RACE_SAMPLES_LINEAR = 1024
 
 #: Odd activations: ``φ(−z) = −φ(z)``.
 ODD_ACTIVATIONS = ("tanh",)
@@ -98,8 +107,9 @@ def race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, m
     subsample, are that objective there too).
 
     Every start runs ``race_iter`` iterations on at most ``RACE_SAMPLES`` evenly spaced
-    samples; the ``n_keep`` lowest objectives (ties by start order) are resumed on all the
-    data, up to ``max_iter`` iterations in all. ``results`` are the finished starts
+    samples (``RACE_SAMPLES_LINEAR`` for the gates ``"none"`` and ``"output"``); the
+    ``n_keep`` lowest objectives (ties by start order) are resumed on all the data, up to
+    ``max_iter`` iterations in all. ``results`` are the finished starts
     (``LMResult``, parameters folded back to ``ω >= 0`` when ``signed``; their ``n_passes``
     count the passes after the race), ``kept`` their indices in ``starts``, ``race_passes``
     the race's passes in units of passes over the full data.
@@ -124,8 +134,9 @@ def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, 
     n_keep = min(n_keep, len(starts))
     if len(starts) > n_keep and race_iter > 0:
         n = XT.shape[1]
-        if n > RACE_SAMPLES:  # race on evenly spaced samples (sorted data stay covered)
-            idx = np.linspace(0, n - 1, RACE_SAMPLES).round().astype(np.int64)
+        m = RACE_SAMPLES_LINEAR if gate in ("none", "output") else RACE_SAMPLES
+        if n > m:  # race on evenly spaced samples (sorted data stay covered)
+            idx = np.linspace(0, n - 1, m).round().astype(np.int64)
             XT_r, y_r = np.ascontiguousarray(XT[:, idx]), np.ascontiguousarray(y[idx])
         else:
             XT_r, y_r = XT, y
