@@ -39,7 +39,8 @@ RACE_SAMPLES = 4096
 #: ``(ω, a)`` only through ``b = Σ_k ω_k a_k``). Their candidates have nearly converged after
 #: the race's iterations (the kept ones need 1–2 more on all the data), so the race ranks
 #: almost final objectives, which 1024 samples resolve: on MHA truths (``H = 1, 2``,
-#: ``N = 2, 3``, ``n = 10⁴``) the same fits as with 4096, at a quarter of the race's cost.
+#: ``N = 2, 3``, ``n = 10⁴``) and output-gate ones, the same certified failures (none on
+#: ``bench_solver.py``'s suite) as with 4096, at a quarter of the race's cost.
 #: Gated candidates are far from converged after the race; 1024 samples there let 3 of 432
 #: fits of ``benchmarks/bench_solver.py`` fail the certificate (0 with 4096).
 RACE_SAMPLES_LINEAR = 1024
