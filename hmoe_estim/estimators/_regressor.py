@@ -98,9 +98,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         ``JᵀJ`` / ``Jᵀr`` kernel (``solvers/_gauss_newton.py``), with the racing and
         signed-weight search of ``solvers/_search.py``. ``"lbfgs"``: L-BFGS-B on the
         objective and gradient, from ``n_starts`` random starts (the toolkit's earlier
-        default; kept for comparisons). With ``fit_intercept=True`` or ``alpha > 0`` the fit
-        uses L-BFGS-B whatever ``solver`` says (the LM search does not carry those options
-        yet); ``solver_`` records the solver that ran.
+        default; kept for comparisons). Both minimise the same objective, with the
+        intercept and the penalty when asked (``fit_intercept``, ``alpha``).
     n_candidates : int or "auto", default="auto"
         ``solver="lm"`` only: random starts raced for ``race_iter`` iterations before the
         best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``). Must be
@@ -154,7 +153,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         the optimum was found that many times. 1 means it was found once only — more
         starts or ``n_candidates`` may find a lower one.
     solver_ : {"lm", "lbfgs"}
-        The solver that ran (see ``solver``).
+        The solver that ran (``solver``).
     n_kernel_passes_ : int
         Passes over the data of the whole fit (objective/gradient, Jacobian and forward
         evaluations, abandoned race candidates included).
@@ -264,16 +263,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 )
         return H, N, K
 
-    def _solver_used(self):
-        """The solver that runs: ``self.solver``, except that the Levenberg–Marquardt search
-        does not carry ``fit_intercept`` or ``alpha > 0`` yet, so those fits use L-BFGS-B
-        (recorded in ``solver_``)."""
-        if self.solver == "lm" and (bool(self.fit_intercept) or float(self.alpha) > 0):
-            return "lbfgs"
-        return self.solver
-
     def _n_candidates(self):
-        if self._solver_used() != "lm":
+        if self.solver != "lm":
             return self.n_starts
         if isinstance(self.n_candidates, str):
             return AUTO_CANDIDATES * self.n_starts
@@ -373,7 +364,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         X, y = X / s_x, (y - y_offset) / s_y
         x_rms = float(np.sqrt(np.mean(X**2)))
         y_scale = float(np.std(y)) if np.std(y) > 0 else float(np.mean(np.abs(y))) + 1e-3
-        solver = self._solver_used()
+        solver = self.solver
         n_cand = self._n_candidates()
         starts = [
             np.clip(np.concatenate([pack(m), tail]) * v, lower, upper)
@@ -399,6 +390,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 n_keep=self.n_starts, race_iter=self.race_iter, max_iter=self.max_iter,
                 tol=self.tol, signed=has_sign_symmetry(self.gate, self.activation),
                 n_jobs=self.n_jobs, verbose=self.verbose,
+                fit_intercept=fit_intercept, alpha=alpha,
             )
         else:
             results = run_starts(

@@ -28,6 +28,21 @@ below ``1e-6 · Σ r²`` (no decrease is measurable in floating point), or when 
 the rounding level of the targets, ``n · (1e-13 · rms(y))²`` (noise-free data). A start
 never returns non-finite parameters: a start whose first objective is not finite ends at
 once, with ``objective = inf`` and the reason in ``message``.
+
+The estimator's options. An intercept ``c`` (``fit_offset``) is one more parameter with a
+column of ones in ``J``: ``[J 1]ᵀ[J 1] = [[JᵀJ, ΣJ], [ΣJᵀ, n]]``, ``[J 1]ᵀr = [Jᵀr, Σr]``
+(the kernel returns the column sums ``ΣJ`` and ``Σr``); it is unbounded. The ridge penalty
+``alpha·(‖M‖²_F + ‖a‖²)`` of ``kernels.objective.objective_and_gradient``
+(free gate matrices ``M[h, i]``, ``i < N−1``, an off-diagonal entry of the stored triangle
+counting twice; the experts ``a``; not ``omega``, not ``c``) is added to the *mean* squared
+residual there, so here, on sums, the minimised function is
+
+    S(theta) = Σ r² + n·alpha·Σ_p w_p theta_p²,       w_p ∈ {0, 1, 2},
+
+``S / n`` being exactly the objective L-BFGS-B minimises. The penalty is a sum of squares of
+the residuals ``√(n·alpha·w_p) theta_p``, so it enters the Gauss–Newton model exactly:
+``A ← A + n·alpha·diag(w)``, ``g ← g + n·alpha·w ⊙ theta``. Everything above (decrement, stall
+rule, ``σ̂² = S / n``) then reads ``S`` for ``Σ r²``.
 """
 
 from dataclasses import dataclass
@@ -38,7 +53,7 @@ from numba import njit
 from .._names import ACTIVATION_CODES, GATE_CODES
 from ._multistart import StartResult
 
-__all__ = ["LMResult", "levenberg_marquardt", "run_lm_starts", "STAT_TOL"]
+__all__ = ["LMResult", "levenberg_marquardt", "run_lm_starts", "penalty_weights", "STAT_TOL"]
 
 _MU0 = 1e-3
 _MU_MAX = 1e16
@@ -148,15 +163,46 @@ def _damped_step(A, g, free, dscale, mu):
     return s, True
 
 
-def _solve(A, g, free, dscale, mu):
-    """Full-length damped step (zero off ``free``), or ``None`` if it cannot be computed."""
-    s, ok = _damped_step(A, g, free, dscale, mu)
-    return s if ok else None
+def penalty_weights(shape):
+    """``w`` with ``‖M‖²_F + ‖a‖² = Σ_p w_p theta_p²`` over the free ``M[h, i]`` and ``a``.
+
+    0 on ``omega``; 1 on a diagonal and 2 on an off-diagonal entry of a stored triangle of
+    ``M`` (row-major ``p <= q``, ``model/_parameters.py``); 1 on ``a``.
+    """
+    H, N, K, D = shape
+    tri = np.array([1.0 if p == q else 2.0 for p in range(D) for q in range(p, D)])
+    return np.concatenate([np.zeros(H * K), np.tile(tri, H * (N - 1)), np.ones(H * N * K * D)])
+
+
+@njit(cache=True)
+def _free_set(A, g, theta, lower, upper):
+    """The free set and the damping scale of an iteration, in one call (a dozen small-array
+    NumPy calls cost as much as the kernel on a race's subsample).
+
+    ``free``: not held at a bound by the gradient; ``dscale = max(diag A, 1e-12 · max diag A)``
+    (``1e-300`` at least); ``n_free``: how many are free.
+    """
+    P = g.shape[0]
+    dmax = 0.0
+    for p in range(P):
+        if A[p, p] > dmax:
+            dmax = A[p, p]
+    floor = 1e-12 * max(dmax, 1e-300)
+    dscale = np.empty(P)
+    free = np.empty(P, dtype=np.bool_)
+    n_free = 0
+    for p in range(P):
+        dscale[p] = max(A[p, p], floor)
+        held = (theta[p] <= lower[p] and g[p] > 0) or (theta[p] >= upper[p] and g[p] < 0)
+        free[p] = not held
+        if not held:
+            n_free += 1
+    return free, dscale, n_free
 
 
 def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *, max_iter=200,
                         tol=1e-9, stat_tol=STAT_TOL, mu0=_MU0, offset=0.0, fit_offset=False,
-                        n_jac=0, n_fev=0, n_iter=0):
+                        alpha=0.0, n_jac=0, n_fev=0, n_iter=0):
     """Bounded Levenberg–Marquardt from ``theta0`` (see the module docstring).
 
     Parameters
@@ -181,13 +227,17 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
         Initial relative damping (resume a start with the ``damping`` of its result).
     offset : float
         Intercept added to ``f``; fitted too when ``fit_offset`` (unbounded).
+    alpha : float
+        Ridge penalty ``alpha·(‖M‖²_F + ‖a‖²)`` added to the mean squared residual (see the
+        module docstring); ``0`` leaves the iterations bit-identical to a fit without it.
     n_jac, n_fev, n_iter : int
         Counts carried over when a start is resumed.
 
     Returns
     -------
     LMResult
-        ``objective`` is the mean squared residual ``Σ r² / n``.
+        ``objective`` is the mean squared residual ``Σ r² / n``, plus the penalty when
+        ``alpha > 0`` — the value of ``objective_and_gradient`` at the result.
     """
     from ..kernels.jacobian import gauss_newton_sums
     from ..kernels.objective import predict
@@ -206,6 +256,13 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
     # rounding level of Σ r²: residuals of a few ulp of the targets
     floor = nm * (1e-13 * (float(np.sqrt(np.mean(y ** 2))) if n > 0 else 0.0)) ** 2
 
+    # the ridge penalty on sums: S = Σ r² + Σ_p pen_p theta_p², pen = n·alpha·w
+    penalised = float(alpha) > 0.0
+    if penalised:
+        pen = float(alpha) * nm * penalty_weights(shape)
+        if fit_offset:
+            pen = np.append(pen, 0.0)
+
     def split(t):
         return (t[:-1], t[-1]) if fit_offset else (t, offset)
 
@@ -218,7 +275,11 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             A2[:-1, -1] = colsum
             A2[-1, :-1] = colsum
             A2[-1, -1] = n
-            return A2, np.append(g, rsum), ssr
+            A, g = A2, np.append(g, rsum)
+        if penalised:  # residuals √pen_p theta_p: exact in the Gauss–Newton model
+            A = A + np.diag(pen)
+            g = g + pen * t
+            ssr = ssr + float(pen @ (t * t))
         return A, g, ssr
 
     def result(t, ssr, it, converged, message, mu):
@@ -245,21 +306,17 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             if ssr <= floor:
                 return result(theta, ssr, n_iter + it, True,
                               "the residuals are at rounding level", mu)
-            dg = np.diag(A)
-            dscale = np.maximum(dg, 1e-12 * max(float(dg.max(initial=0.0)), 1e-300))
-            at_lo = theta <= lower
-            at_up = theta >= upper
-            free = ~((at_lo & (g > 0)) | (at_up & (g < 0)))
-            if not np.any(free):
+            free, dscale, n_free = _free_set(A, g, theta, lower, upper)
+            if n_free == 0:
                 return result(theta, ssr, n_iter + it, True,
                               "every parameter is held at a bound", mu)
             # Gauss–Newton decrement on the free parameters: the stopping rule
             eps = _EPS_DECREMENT
-            s_gn = _solve(A, g, free, dscale, eps)
-            while s_gn is None and eps < 1.0:
+            s_gn, ok = _damped_step(A, g, free, dscale, eps)
+            while not ok and eps < 1.0:
                 eps *= 100.0
-                s_gn = _solve(A, g, free, dscale, eps)
-            decrement = float(-g @ s_gn) if s_gn is not None else np.inf
+                s_gn, ok = _damped_step(A, g, free, dscale, eps)
+            decrement = float(-g @ s_gn) if ok else np.inf
             if decrement <= max(tol * ssr, stat_tol * ssr / nm):
                 return result(theta, ssr, n_iter + it, True,
                               "the Gauss-Newton decrement is below tolerance", mu)
@@ -275,12 +332,12 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             it += 1
             accepted = False
             while mu <= _MU_MAX:
-                s = _solve(A, g, free, dscale, mu)
-                if s is None:  # singular / indefinite in rounding: more damping
+                s, ok = _damped_step(A, g, free, dscale, mu)
+                if not ok:  # singular / indefinite in rounding: more damping
                     mu *= nu
                     nu *= 2.0
                     continue
-                cand = np.clip(theta + s, lower, upper)
+                cand = np.minimum(np.maximum(theta + s, lower), upper)  # on the box
                 d = cand - theta
                 pred = -(g @ d + 0.5 * d @ (A @ d))  # decrease of ½Σr² the model predicts
                 if not np.isfinite(pred) or pred <= 0.0:
@@ -292,8 +349,13 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
                 # a dedicated sum-of-squares kernel cost 5.7 s more compilation in a fresh
                 # installation) and NumPy's pairwise sum: the same for any thread count
                 res = predict(th, XT, H, N, K, D, g_code, a_code)
-                res += off - y
-                new_ssr = float(np.sum(np.square(res)))
+                if fit_offset or off != 0.0:
+                    res += off - y
+                else:  # the same numbers as res + (0 − y)
+                    np.subtract(res, y, out=res)
+                new_ssr = float(np.add.reduce(np.square(res, out=res)))
+                if penalised:
+                    new_ssr += float(pen @ (cand * cand))
                 n_fev += 1
                 rho = 0.5 * (ssr - new_ssr) / pred if np.isfinite(new_ssr) else -1.0
                 if rho > _ACCEPT:
@@ -312,8 +374,8 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
                 return result(theta, ssr, n_iter + it, ok, msg, _MU0)
             A_new, g_new, ssr_new = sums(theta)
             n_jac += 1
-            if not (np.isfinite(ssr_new) and np.all(np.isfinite(A_new))
-                    and np.all(np.isfinite(g_new))):
+            if not (np.isfinite(ssr_new) and np.isfinite(A_new).all()
+                    and np.isfinite(g_new).all()):
                 return result(theta, new_ssr, n_iter + it, False,
                               "the Jacobian is not finite at the accepted point", mu)
             A, g, ssr = A_new, g_new, ssr_new
@@ -322,25 +384,35 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
 def _run_one(theta0, XT, y, shape, gate, activation, lower, upper, kwargs, n_threads):
     import numba
 
+    kwargs = dict(kwargs)
+    if kwargs.pop("fit_intercept", False):  # theta0 and the box end with the intercept c
+        kwargs.update(fit_offset=True, offset=float(theta0[-1]))
+        theta0, lower, upper = theta0[:-1], lower[:-1], upper[:-1]
     previous = numba.get_num_threads()
     threads = previous if n_threads is None else n_threads
     if XT.shape[1] < LM_SERIAL_BELOW:
         threads = 1
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     try:
-        return levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper,
-                                   **kwargs)
+        res = levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper,
+                                  **kwargs)
     finally:
         numba.set_num_threads(previous)
+    if kwargs.get("fit_offset", False):
+        res.theta = np.append(res.theta, res.offset)
+    return res
 
 
 def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None, verbose=0,
                   mu0s=None, counts=None, **kwargs):
     """Run :func:`levenberg_marquardt` from every start (joblib when ``n_jobs`` asks).
 
-    ``kwargs`` go to :func:`levenberg_marquardt`. To resume starts, ``mu0s`` gives each its
-    damping and ``counts`` its ``(n_jac, n_fev, n_iter)`` so far. Returns the list of
-    :class:`LMResult` in start order.
+    ``kwargs`` go to :func:`levenberg_marquardt`, except ``fit_intercept=True``: then every
+    start and the bounds end with the intercept ``c`` (the layout of
+    ``kernels.objective.objective_and_gradient`` and of
+    ``solvers._multistart.run_starts``), and so does every result's ``theta``.
+    To resume starts, ``mu0s`` gives each its damping and ``counts`` its
+    ``(n_jac, n_fev, n_iter)`` so far. Returns the list of :class:`LMResult` in start order.
     """
     import os
 

@@ -6,7 +6,8 @@ oracle (nothing about the truth), only the data and ordinary random starts:
 - **Racing** (successive halving in one round): ``n_candidates`` random starts each run
   ``race_iter`` Levenberg–Marquardt iterations (:mod:`hmoe_estim.solvers._gauss_newton`); the
   ``n_starts`` with the lowest objective then run to convergence on all the data, the others
-  are abandoned. The race runs on at most ``RACE_SAMPLES`` evenly spaced samples.
+  are abandoned. The race runs on at most ``RACE_SAMPLES`` evenly spaced samples
+  (``RACE_SAMPLES_LINEAR`` for the linear gates).
   A start's objective after a few Gauss–Newton steps already sorts most hopeless basins out.
   The estimator's defaults (128 candidates for 4 starts, 10 iterations) are measured in
   ``benchmarks/bench_solver.py``: no certified failure in 108 fits of its suite.
@@ -34,6 +35,15 @@ __all__ = ["has_sign_symmetry", "fold_signs", "signed_bounds", "count_agreeing",
 #: The race runs on at most this many (evenly spaced) samples: a few Gauss–Newton steps
 #: sort the basins as well on a subsample, at a fraction of the cost when ``n`` is large.
 RACE_SAMPLES = 4096
+#: ... and on at most this many for the linear gates (``"none"``, ``"output"``: ``f`` depends on
+#: ``(ω, a)`` only through ``b = Σ_k ω_k a_k``). Their candidates have nearly converged after
+#: the race's iterations (the kept ones need 1–2 more on all the data), so the race ranks
+#: almost final objectives, which 1024 samples resolve: on MHA truths (``H = 1, 2``,
+#: ``N = 2, 3``, ``n = 10⁴``) and output-gate ones, the same certified failures (none on
+#: ``bench_solver.py``'s suite) as with 4096, at a quarter of the race's cost.
+#: Gated candidates are far from converged after the race; 1024 samples there let 3 of 432
+#: fits of ``benchmarks/bench_solver.py`` fail the certificate (0 with 4096).
+RACE_SAMPLES_LINEAR = 1024
 
 #: Odd activations: ``φ(−z) = −φ(z)``.
 ODD_ACTIVATIONS = ("tanh",)
@@ -56,12 +66,15 @@ def signed_bounds(bounds, shape):
 
 
 def fold_signs(theta, shape):
-    """Map every channel with ``ω < 0`` to ``(−ω, −a)`` (same ``f`` under the symmetry)."""
+    """Map every channel with ``ω < 0`` to ``(−ω, −a)`` (same ``f`` under the symmetry).
+
+    Entries after the measure's (an intercept) are kept as they are.
+    """
     H, N, K, D = shape
     theta = np.array(theta, dtype=np.float64)
     T = D * (D + 1) // 2
     o2 = H * K + H * (N - 1) * T
-    a = theta[o2:].reshape(H, N, K, D)
+    a = theta[o2:o2 + H * N * K * D].reshape(H, N, K, D)
     for h in range(H):
         for k in range(K):
             if theta[h * K + k] < 0:
@@ -86,26 +99,35 @@ def count_agreeing(objectives, n_samples, agree_tol=1.0):
 
 
 def race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, max_iter, tol,
-         signed, n_jobs=None, verbose=0):
+         signed, n_jobs=None, verbose=0, fit_intercept=False, alpha=0.0):
     """Racing Levenberg–Marquardt from ``starts``; returns ``(results, kept, race_passes)``.
 
+    With ``fit_intercept`` the starts, the bounds and the results' ``theta`` end with the
+    intercept ``c``; ``alpha`` is the ridge penalty of
+    ``kernels.objective.objective_and_gradient`` (the race's objectives, on the
+    subsample, are that objective there too).
+
     Every start runs ``race_iter`` iterations on at most ``RACE_SAMPLES`` evenly spaced
-    samples; the ``n_keep`` lowest objectives (ties by start order) are resumed on all the
-    data, up to ``max_iter`` iterations in all. ``results`` are the finished starts
+    samples (``RACE_SAMPLES_LINEAR`` for the gates ``"none"`` and ``"output"``); the
+    ``n_keep`` lowest objectives (ties by start order) are resumed on all the data, up to
+    ``max_iter`` iterations in all. ``results`` are the finished starts
     (``LMResult``, parameters folded back to ``ω >= 0`` when ``signed``; their ``n_passes``
     count the passes after the race), ``kept`` their indices in ``starts``, ``race_passes``
     the race's passes in units of passes over the full data.
     """
     from ._gauss_newton import _single_thread_blas
 
+    options = {"fit_intercept": True} if fit_intercept else {}
+    if alpha > 0:
+        options["alpha"] = float(alpha)
     with _single_thread_blas():
         return _race(starts, XT, y, shape, gate, activation, bounds, n_keep=n_keep,
                      race_iter=race_iter, max_iter=max_iter, tol=tol, signed=signed,
-                     n_jobs=n_jobs, verbose=verbose)
+                     n_jobs=n_jobs, verbose=verbose, options=options)
 
 
 def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, max_iter, tol,
-          signed, n_jobs, verbose):
+          signed, n_jobs, verbose, options):
     from ._gauss_newton import run_lm_starts
 
     if signed:
@@ -113,20 +135,22 @@ def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, 
     n_keep = min(n_keep, len(starts))
     if len(starts) > n_keep and race_iter > 0:
         n = XT.shape[1]
-        if n > RACE_SAMPLES:  # race on evenly spaced samples (sorted data stay covered)
-            idx = np.linspace(0, n - 1, RACE_SAMPLES).round().astype(np.int64)
+        m = RACE_SAMPLES_LINEAR if gate in ("none", "output") else RACE_SAMPLES
+        if n > m:  # race on evenly spaced samples (sorted data stay covered)
+            idx = np.linspace(0, n - 1, m).round().astype(np.int64)
             XT_r, y_r = np.ascontiguousarray(XT[:, idx]), np.ascontiguousarray(y[idx])
         else:
             XT_r, y_r = XT, y
         first = run_lm_starts(starts, XT_r, y_r, shape, gate, activation, bounds,
-                              n_jobs=n_jobs, verbose=verbose, max_iter=race_iter, tol=tol)
+                              n_jobs=n_jobs, verbose=verbose, max_iter=race_iter, tol=tol,
+                              **options)
         objs = np.array([r.objective for r in first])
         kept = [int(j) for j in np.argsort(objs, kind="stable")[:n_keep]]
         resumed = run_lm_starts(
             [first[j].theta for j in kept], XT, y, shape, gate, activation, bounds,
             n_jobs=n_jobs, verbose=verbose, max_iter=max(1, max_iter - race_iter), tol=tol,
             mu0s=[first[j].damping for j in kept],
-            counts=[(0, 0, first[j].n_iter) for j in kept],
+            counts=[(0, 0, first[j].n_iter) for j in kept], **options,
         )
         results = list(resumed)
         # the race's passes, in passes over the full data
@@ -134,7 +158,7 @@ def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, 
     else:
         kept = list(range(len(starts)))
         results = run_lm_starts(starts, XT, y, shape, gate, activation, bounds, n_jobs=n_jobs,
-                                verbose=verbose, max_iter=max_iter, tol=tol)
+                                verbose=verbose, max_iter=max_iter, tol=tol, **options)
         race_passes = 0
     if signed:
         for r in results:
