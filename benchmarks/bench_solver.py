@@ -18,9 +18,10 @@ and ``n`` (a new truth and data set for each seed and ``n``; default 2), ``n`` i
 (default 10^3, 10^4); in addition ``--large-seeds`` truths (default 2) at ``n = --large-n``
 (default 10^5) for the shapes of ``--large-shapes`` (default the smallest, ``1x2x2``). With
 the defaults each (gate, activation, K) group has 12 × 2 × 2 + 2 = 50 fits, 900 in all (about
-50 min for ``lm`` alone at one thread on the project's 2-core machine). ``--shapes small``
-is the earlier, narrower design (``H = 1``, ``N = 2``, ``D`` in {2, 3}); ``--shapes`` also
-takes a list such as ``1x2x2,2x3x4`` (``HxNxD``).
+30 min for ``lm`` alone at one thread on the project's 2-core machine). ``--shapes small``
+is the earlier, narrower design of ``solver.json`` (``H = 1``, ``N = 2``, ``D = 2 + seed mod
+2``, one truth per seed for every ``n``, no large ``n``); ``--shapes`` also takes a list such
+as ``1x2x2,2x3x4`` (``HxNxD``).
 
 Certificate: with ``K >= K*`` the truth is feasible (for ``K = K* + 1`` embedded with an extra
 zero-weight channel), so a fit whose objective exceeds the truth's objective by more than
@@ -90,6 +91,9 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="2 groups, shape 1x2x2, n=1000, 1 seed: a smoke test")
     ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the cases already in --json (same methods and settings) and "
+                         "fit only the missing ones")
     return ap.parse_args(argv)
 
 
@@ -275,6 +279,16 @@ def truths_plan(args, n_values, gates):
         groups, n_values, seeds, shapes, large = ([("value", "sigmoid"), ("sdpa", "tanh")],
                                                   [1000], 1, [(1, 2, 2)], [])
     plan = []
+    if args.shapes == "small" and not args.quick:
+        # the earlier, narrower design (solver.json, solver_lm_12seeds.json): H = 1, N = 2,
+        # D = 2 + seed mod 2, one truth per seed for every n and group, no large n
+        for n in n_values:
+            for gate, act in groups:
+                for s in range(seeds):
+                    for K in (2, 3):
+                        plan.append((gate, act, K, (1, 2, 2 + s % 2), 1000 + s, 10_000 + s,
+                                     n, s))
+        return plan
     for s in range(seeds):
         for i_n, n in enumerate(n_values):
             for shp in shapes:
@@ -288,6 +302,11 @@ def truths_plan(args, n_values, gates):
                 for K in (2, 3):
                     plan.append((gate, act, K, shp, 1900 + s, 19_000 + s, n, s))
     return plan
+
+
+def _case_key(c):
+    return (c["gate"], c["activation"], c["K"], c["H"], c["N"], c["D"], c["n"], c["seed"],
+            c["truth_seed"], c["data_seed"])
 
 
 def main(argv=None):
@@ -340,8 +359,23 @@ def main(argv=None):
                           fh, indent=1, default=float)
             os.replace(args.json + ".tmp", args.json)
 
+    done = {}
+    if args.resume and args.json and os.path.exists(args.json):
+        with open(args.json) as fh:
+            old = json.load(fh)
+        same = all(old.get(k) == v for k, v in meta.items() if k != "total_seconds")
+        if not same:
+            raise SystemExit(f"--resume: {args.json} was written with other settings; "
+                             "drop --resume or write to another file")
+        done = {_case_key(c): c for c in old["cases"]}
+        print(f"resuming: {len(done)} cases already in {args.json}", flush=True)
+
     t_start = time.perf_counter()
     for i, (gate, act, K, (H, N, D), truth_seed, data_seed, n, s) in enumerate(plan):
+        key = (gate, act, K, H, N, D, n, s, truth_seed, data_seed)
+        if key in done:
+            cases.append(done[key])
+            continue
         G = random_measure(H, N, 2, D, scale=2.0, random_state=truth_seed)
         X, y = make_hmoe_regression(n, measure=G, n_experts=2, n_features=D, gate=gate,
                                     activation=act, noise=args.noise, random_state=data_seed)
