@@ -100,3 +100,31 @@ def test_bench_solver_quick_runs(tmp_path):
         for m in ("lbfgs", "trf", "lm"):
             r = case["result"]["methods"][m]
             assert np.isfinite(r["objective"]) and r["passes"] > 0
+
+
+def test_bench_solver_design():
+    """The truths suite's default design: 12 shapes x 2 n x 2 seeds + 2 large fits per group."""
+    from collections import Counter
+
+    sys.path.insert(0, BENCH)
+    try:
+        import bench_solver as bs
+    finally:
+        sys.path.remove(BENCH)
+    gates = ["none", "value", "sdpa"]
+    plan = bs.truths_plan(bs.parse_args([]), [1000, 10000], gates)
+    per_group = Counter((g, a, K) for g, a, K, *_ in plan)
+    assert len(per_group) == 18 and set(per_group.values()) == {50}
+    assert {p[3] for p in plan} == set(bs.FULL_SHAPES)
+    # a new truth for every shape, seed and n: 12 x 2 x 2, and 2 at the large n
+    assert len({(p[3], p[4]) for p in plan}) == 50
+    assert sum(p[6] == 100_000 for p in plan) == 36
+    # the earlier narrow design is reproduced exactly: H = 1, N = 2, D = 2 + seed mod 2
+    small = bs.truths_plan(bs.parse_args(["--shapes", "small", "--seeds", "3"]),
+                           [1000, 10000], gates)
+    assert len(small) == 108 and {p[3] for p in small} == {(1, 2, 2), (1, 2, 3)}
+    assert all(p[3][2] == 2 + p[7] % 2 and p[4] == 1000 + p[7] for p in small)
+    assert bs.parse_shapes("1x2x2,2x3x4") == [(1, 2, 2), (2, 3, 4)]
+    with pytest.raises(SystemExit, match="HxNxD"):
+        bs.parse_shapes("1x2")
+    assert bs.upper_bound(0, 50) == pytest.approx(1 - 0.05 ** (1 / 50))
