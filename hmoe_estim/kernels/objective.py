@@ -94,18 +94,15 @@ def _linear(gate):
 def mixed_values(theta, H, N, K, D, gate):
     """``b[h, i] = Σ_k omega[h, k] a[h, i, k]``, flattened (H·N·D,); empty unless linear.
 
-    Plain NumPy (called once per kernel call, before the compiled pass); the sum over ``k``
-    runs in order, one product at a time.
+    Plain NumPy (called once per kernel call, before the compiled pass).
     """
     if gate != GATE_NONE and gate != GATE_OUTPUT:
         return np.zeros(0)
     o2 = H * K + H * (N - 1) * (D * (D + 1) // 2)
-    omega = theta[:H * K].reshape(H, K)
+    omega = theta[:H * K].reshape(H, 1, K, 1)
     a = theta[o2:o2 + H * N * K * D].reshape(H, N, K, D)
-    bv = np.zeros((H, N, D))
-    for k in range(K):
-        bv += omega[:, k, None, None] * a[:, :, k, :]
-    return bv.ravel()
+    # NumPy adds along the short k axis in order, k = 0, 1, …: the sum of the kernels' loop
+    return (omega * a).sum(axis=2).ravel()
 
 
 def chunk_total(partial):
