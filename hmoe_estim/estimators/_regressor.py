@@ -103,7 +103,10 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
     n_candidates : int or "auto", default="auto"
         ``solver="lm"`` only: random starts raced for ``race_iter`` iterations before the
         best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``). Must be
-        ``>= n_starts``; ``n_candidates = n_starts`` switches racing off.
+        ``>= n_starts``; ``n_candidates = n_starts`` switches racing off. With several heads,
+        raise it: on the solver benchmark's two-head truths the default ended above the
+        truth's objective in 13% of fits (one head: 0.4%), and 512 candidates fixed 9 of 13
+        such fits at 4× the time (documentation: the solver page).
     race_iter : int, default=10
         ``solver="lm"`` only: iterations every candidate runs before the race is decided.
     param_bound : float, default=10.0
