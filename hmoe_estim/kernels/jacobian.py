@@ -55,6 +55,7 @@ from .objective import (
     GATE_OUTPUT,
     GATE_SDPA,
     MAX_CHUNKS,
+    SERIAL_SAMPLES,
     _chunks,
     _forward_block,
     _offsets,
@@ -268,9 +269,11 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
 
 
 @functools.lru_cache(maxsize=64)
-def _upper(P):
-    """Row and column indices of the upper triangle of a P × P matrix, row by row."""
-    return np.triu_indices(P)
+def _symmetric_index(P):
+    """``idx[p, q]``: position of ``(min(p, q), max(p, q))`` in the row-by-row upper triangle."""
+    p, q = np.minimum.outer(np.arange(P), np.arange(P)), np.maximum.outer(np.arange(P),
+                                                                          np.arange(P))
+    return p * P - p * (p - 1) // 2 + (q - p)
 
 
 @njit(cache=True, parallel=_PARALLEL)
@@ -317,7 +320,8 @@ def _run_pass(theta, XT, y, offset, H, N, K, D, gate, act, partial, out, sums):
     y = np.ascontiguousarray(y, dtype=np.float64)
     bv = mixed_values(theta, H, N, K, D, gate)
     H, N, K, offset, sums = int(H), int(N), int(K), float(offset), bool(sums)
-    nthreads = get_num_threads()
+    # below SERIAL_SAMPLES the thread count does not matter (and asking Numba costs µs)
+    nthreads = 1 if XT.shape[1] < SERIAL_SAMPLES else get_num_threads()
     if use_serial(XT.shape[1], nthreads):
         _entry(False, gate, act)(0, 1, theta, XT, y, offset, bv, H, N, K, gate, act, partial,
                                  out, sums)
@@ -376,10 +380,7 @@ def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
     partial = np.zeros((_jchunks(n, width)[1], width))
     _run_pass(theta, XT, y, float(offset), H, N, K, D, gate, act, partial, _NO_VALUES, True)
     total = chunk_total(partial)
-    JtJ = np.empty((P, P))
-    iu, ju = _upper(P)
-    JtJ[iu, ju] = total[:ntri]
-    JtJ[ju, iu] = total[:ntri]
+    JtJ = total[_symmetric_index(P)]  # the upper triangle, mirrored
     return (JtJ, total[ntri:ntri + P].copy(), float(total[ntri + P]),
             total[ntri + P + 1:ntri + 2 * P + 1].copy(), float(total[ntri + 2 * P + 1]))
 
