@@ -8,9 +8,9 @@ import pytest
 
 from hmoe_estim import HMoERegressor, MixingMeasure, make_hmoe_regression
 from hmoe_estim._names import ACTIVATION_CODES, GATE_CODES
-from hmoe_estim.kernels.objective import objective_and_gradient
+from hmoe_estim.kernels.objective import objective_and_gradient, penalty_weights
 from hmoe_estim.model import make_bounds, n_params, pack, unpack
-from hmoe_estim.solvers._gauss_newton import levenberg_marquardt, penalty_weights
+from hmoe_estim.solvers._gauss_newton import levenberg_marquardt
 from hmoe_estim.solvers._search import fold_signs, race
 
 from .reference import random_arrays

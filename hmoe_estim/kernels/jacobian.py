@@ -46,7 +46,7 @@ import functools
 
 import numba
 import numpy as np
-from numba import get_num_threads, njit, prange, types
+from numba import njit, prange, types
 
 from .objective import (
     _PARALLEL,
@@ -54,15 +54,13 @@ from .objective import (
     GATE_NONE,
     GATE_OUTPUT,
     GATE_SDPA,
-    MAX_CHUNKS,
-    SERIAL_SAMPLES,
     _chunks,
     _forward_block,
     _offsets,
     _temporaries,
     chunk_total,
+    kernel_threads,
     mixed_values,
-    use_serial,
 )
 from .rows import combine_rows, gated_sum
 from .target import INTERNAL, wide_vectors
@@ -75,10 +73,10 @@ _MAX_PARTIAL = 1 << 20
 
 
 def _jchunks(n, width):
-    """Blocks and chunks; the chunk count depends only on ``n`` and ``width`` (determinism)."""
-    nblocks = (n + BLOCK - 1) // BLOCK
-    cap = max(1, _MAX_PARTIAL // width)
-    return nblocks, max(1, min(MAX_CHUNKS, nblocks, cap))
+    """:func:`~.objective._chunks`, with fewer chunks when ``width`` sums per chunk would pass
+    ``_MAX_PARTIAL``; the count depends only on ``n`` and ``width`` (determinism)."""
+    nblocks, nchunks = _chunks(n)
+    return nblocks, max(1, min(nchunks, _MAX_PARTIAL // width))
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
@@ -271,8 +269,8 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
 @functools.lru_cache(maxsize=64)
 def _symmetric_index(P):
     """``idx[p, q]``: position of ``(min(p, q), max(p, q))`` in the row-by-row upper triangle."""
-    p, q = np.minimum.outer(np.arange(P), np.arange(P)), np.maximum.outer(np.arange(P),
-                                                                          np.arange(P))
+    i = np.arange(P)
+    p, q = np.minimum.outer(i, i), np.maximum.outer(i, i)
     return p * P - p * (p - 1) // 2 + (q - p)
 
 
@@ -314,15 +312,14 @@ def _entry(parallel, gate, act):
 
 
 def _run_pass(theta, XT, y, offset, H, N, K, D, gate, act, partial, out, sums):
-    """One pass, serial or parallel (:func:`~.objective.use_serial`)."""
+    """One pass, serial or parallel (:func:`~.objective.kernel_threads`)."""
     theta = np.ascontiguousarray(theta, dtype=np.float64)
     XT = np.ascontiguousarray(XT, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.float64)
     bv = mixed_values(theta, H, N, K, D, gate)
     H, N, K, offset, sums = int(H), int(N), int(K), float(offset), bool(sums)
-    # below SERIAL_SAMPLES the thread count does not matter (and asking Numba costs µs)
-    nthreads = 1 if XT.shape[1] < SERIAL_SAMPLES else get_num_threads()
-    if use_serial(XT.shape[1], nthreads):
+    nthreads = kernel_threads(XT.shape[1])
+    if nthreads <= 1:
         _entry(False, gate, act)(0, 1, theta, XT, y, offset, bv, H, N, K, gate, act, partial,
                                  out, sums)
     else:
@@ -335,12 +332,12 @@ def forward_values(theta, XT, H, N, K, D, gate, act):
     n = XT.shape[1]
     out = np.empty(n)
     partial = np.zeros((_chunks(n)[1], 0))  # no sums: the chunks only split the work
-    _run_pass(theta, XT, _NO_TARGETS, 0.0, H, N, K, D, gate, act, partial, out, False)
+    _run_pass(theta, XT, _EMPTY, 0.0, H, N, K, D, gate, act, partial, out, False)
     return out
 
 
-_NO_TARGETS = np.zeros(0)
-_NO_VALUES = np.zeros(0)
+#: Placeholder for an unused array argument (targets of a prediction, values of the sums).
+_EMPTY = np.zeros(0)
 
 
 def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
@@ -378,7 +375,7 @@ def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
     ntri = P * (P + 1) // 2
     width = ntri + 2 * P + 2  # per chunk: [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
     partial = np.zeros((_jchunks(n, width)[1], width))
-    _run_pass(theta, XT, y, float(offset), H, N, K, D, gate, act, partial, _NO_VALUES, True)
+    _run_pass(theta, XT, y, float(offset), H, N, K, D, gate, act, partial, _EMPTY, True)
     total = chunk_total(partial)
     JtJ = total[_symmetric_index(P)]  # the upper triangle, mirrored
     return (JtJ, total[ntri:ntri + P].copy(), float(total[ntri + P]),

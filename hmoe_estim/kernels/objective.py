@@ -297,15 +297,17 @@ def _backward_block(
             accumulate_dots(v, i, ones, zero, 1.0, xx, T, acc, o1 + (h * (N - 1) + i) * T, b)
 
 
-def use_serial(n, nthreads):
-    """Whether a call runs the serial variant of a kernel: one thread, or few samples.
+def kernel_threads(n):
+    """Threads a kernel call on ``n`` samples uses; ``1`` means its serial variant.
 
-    The serial and the parallel variants deal the same chunks to workers and add the chunks'
-    sums in the same order, so they return the same bits. The serial ones exist for start-up:
-    a first small fit compiles no parallel region (a parallel loop costs seconds of
-    compilation on top of its body; timings: the documentation's performance page).
+    Below ``SERIAL_SAMPLES`` always 1 (without asking Numba, which costs microseconds per call),
+    otherwise Numba's thread count. The serial and the parallel variants deal the same chunks
+    to workers and add the chunks' sums in the same order, so they return the same bits. The
+    serial ones exist for start-up: a first small fit compiles no parallel region (a parallel
+    loop costs seconds of compilation on top of its body; timings: the documentation's
+    performance page).
     """
-    return nthreads <= 1 or n < SERIAL_SAMPLES
+    return 1 if n < SERIAL_SAMPLES else get_num_threads()
 
 
 def _chunks(n):
@@ -360,20 +362,38 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, fit_intercept=Fa
     Pm = _offsets(H, N, K, D)[3]
     partial = np.zeros((_chunks(n)[1], Pm + 2 + bv.shape[0]))
     c0 = float(theta[Pm]) if fit_intercept else 0.0
-    nthreads = get_num_threads()
-    if use_serial(n, nthreads):
+    nthreads = kernel_threads(n)
+    if nthreads <= 1:
         _objective_worker(0, 1, theta, XT, y, bv, H, N, K, gate, act, c0, partial)
     else:
         _objective_and_gradient(theta, XT, y, bv, H, N, K, gate, act, c0, partial, nthreads)
-    return _objective_total(chunk_total(partial), theta, n, H, N, K, D, gate,
-                            bool(fit_intercept), float(alpha))
+    value, grad = _objective_total(chunk_total(partial), theta, n, H, N, K, D, gate,
+                                   bool(fit_intercept))
+    if alpha > 0.0:  # alpha·Σ_p w_p theta_p² over the measure's entries
+        w = penalty_weights((H, N, K, D))
+        tm = theta[:Pm]
+        value += float(alpha) * float(w @ (tm * tm))
+        grad[:Pm] += 2.0 * float(alpha) * w * tm
+    return value, grad
+
+
+def penalty_weights(shape):
+    """``w`` with ``‖M‖²_F + ‖a‖² = Σ_p w_p theta_p²`` over the free ``M[h, i]`` and ``a``.
+
+    0 on ``omega``; 1 on a diagonal and 2 on an off-diagonal entry of a stored triangle of
+    ``M`` (row-major ``p <= q``, ``model/_parameters.py``); 1 on ``a``. The one definition of
+    the ridge penalty, for :func:`objective_and_gradient` and the Levenberg–Marquardt solver.
+    """
+    H, N, K, D = shape
+    tri = np.array([1.0 if p == q else 2.0 for p in range(D) for q in range(p, D)])
+    return np.concatenate([np.zeros(H * K), np.tile(tri, H * (N - 1)), np.ones(H * N * K * D)])
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)
 def _objective_worker(wk, nworkers, theta, XT, y, bv, H, N, K, gate, act, c0, partial):
     """Chunks ``wk, wk + nworkers, …`` of the fused pass: loss, Σ r and gradient sums per chunk.
 
-    ``partial[c]`` receives chunk ``c``'s sums (layout of :func:`_objective_and_gradient`).
+    ``partial[c]`` receives chunk ``c``'s sums (layout: :func:`objective_and_gradient`).
     The parallel and the serial variant both call this, so they add the same numbers in the
     same order.
     """
@@ -421,8 +441,8 @@ def _objective_and_gradient(theta, XT, y, bv, H, N, K, gate, act, c0, partial, n
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM)
-def _objective_total(total, theta, n, H, N, K, D, gate, fit_intercept, alpha):
-    """The value and gradient from the summed chunks ``total``."""
+def _objective_total(total, theta, n, H, N, K, D, gate, fit_intercept):
+    """The value and gradient (without the penalty) from the summed chunks ``total``."""
     wide_vectors()
     T, o1, o2, P = _offsets(H, N, K, D)
     oG = P + 2
@@ -445,20 +465,6 @@ def _objective_total(total, theta, n, H, N, K, D, gate, fit_intercept, alpha):
                         sacc += theta[oa + d] * G
                     grad[h * K + k] += sacc
     value = total[P] / n
-    if alpha > 0.0:  # alpha·(‖M‖²_F + ‖a‖²); a triangle's off-diagonal entry counts twice
-        pen = 0.0
-        for m in range(H * (N - 1)):
-            t = o1 + m * T
-            for p in range(D):
-                for q in range(p, D):
-                    w = 1.0 if p == q else 2.0
-                    pen += w * theta[t] * theta[t]
-                    grad[t] += 2.0 * alpha * w * theta[t]
-                    t += 1
-        for t in range(o2, P):
-            pen += theta[t] * theta[t]
-            grad[t] += 2.0 * alpha * theta[t]
-        value += alpha * pen
     return value, grad
 
 

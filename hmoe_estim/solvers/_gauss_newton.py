@@ -51,9 +51,10 @@ import numpy as np
 from numba import njit
 
 from .._names import ACTIVATION_CODES, GATE_CODES
+from ..kernels.objective import penalty_weights
 from ._multistart import StartResult
 
-__all__ = ["LMResult", "levenberg_marquardt", "run_lm_starts", "penalty_weights", "STAT_TOL"]
+__all__ = ["LMResult", "levenberg_marquardt", "run_lm_starts", "STAT_TOL"]
 
 _MU0 = 1e-3
 _MU_MAX = 1e16
@@ -161,17 +162,6 @@ def _damped_step(A, g, free, dscale, mu):
         if not np.isfinite(s[p]):
             return np.zeros(P), False
     return s, True
-
-
-def penalty_weights(shape):
-    """``w`` with ``‖M‖²_F + ‖a‖² = Σ_p w_p theta_p²`` over the free ``M[h, i]`` and ``a``.
-
-    0 on ``omega``; 1 on a diagonal and 2 on an off-diagonal entry of a stored triangle of
-    ``M`` (row-major ``p <= q``, ``model/_parameters.py``); 1 on ``a``.
-    """
-    H, N, K, D = shape
-    tri = np.array([1.0 if p == q else 2.0 for p in range(D) for q in range(p, D)])
-    return np.concatenate([np.zeros(H * K), np.tile(tri, H * (N - 1)), np.ones(H * N * K * D)])
 
 
 @njit(cache=True)
