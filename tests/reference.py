@@ -61,3 +61,14 @@ def random_arrays(H, N, K, D, rng, scale=1.0):
     M = 0.5 * (M + M.transpose(0, 1, 3, 2))
     a = rng.normal(scale=scale, size=(H, N, K, D))
     return omega, M, a
+
+
+def fd_gradient(fun, theta, rel=1e-6):
+    """Central finite-difference gradient of ``fun`` at ``theta`` (step ``rel·max(1, |θ_p|)``)."""
+    grad = np.empty_like(theta)
+    for p in range(theta.size):
+        h = rel * max(1.0, abs(theta[p]))
+        e = np.zeros_like(theta)
+        e[p] = h
+        grad[p] = (fun(theta + e) - fun(theta - e)) / (2 * h)
+    return grad

@@ -24,7 +24,7 @@ from hmoe_estim.estimators import PoorFitWarning
 from hmoe_estim.kernels.objective import BLOCK, objective_and_gradient
 from hmoe_estim.model import make_bounds, n_params, pack, triangle_indices, unpack
 
-from .reference import f_ref, random_arrays
+from .reference import f_ref, fd_gradient, random_arrays
 
 OPTIONS = [
     dict(fit_intercept=True),
@@ -32,16 +32,6 @@ OPTIONS = [
     dict(alpha=0.05),
     dict(fit_intercept=True, positive_weights=False, alpha=0.05),
 ]
-
-
-def _fd_gradient(fun, theta, rel=1e-6):
-    grad = np.empty_like(theta)
-    for p in range(theta.size):
-        h = rel * max(1.0, abs(theta[p]))
-        e = np.zeros_like(theta)
-        e[p] = h
-        grad[p] = (fun(theta + e) - fun(theta - e)) / (2 * h)
-    return grad
 
 
 def _reference_objective(theta, X, y, shape, gate, activation, fit_intercept, alpha):
@@ -76,7 +66,7 @@ def test_gradient_with_options_matches_finite_differences(gate, activation, fit_
     assert grad.shape == theta.shape
     want = _reference_objective(theta, X, y, shape, gate, activation, fit_intercept, alpha)
     assert obj == pytest.approx(want, rel=1e-11)
-    fd = _fd_gradient(value, theta)
+    fd = fd_gradient(value, theta)
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-7 * max(1.0, np.abs(fd).max()))
     if fit_intercept:  # ∂/∂c = 2·mean(residual)
         f = f_ref(omega, M, a, X, gate, activation) + theta[-1]

@@ -10,7 +10,7 @@ from hmoe_estim.kernels.activations import activation_values
 from hmoe_estim.kernels.objective import BLOCK, objective_and_gradient, predict
 from hmoe_estim.model import make_bounds, n_params, pack, unpack
 
-from .reference import f_ref, phi_ref, random_arrays
+from .reference import f_ref, fd_gradient, phi_ref, random_arrays
 
 SHAPES = [(1, 2, 3, 2), (2, 3, 3, 4), (1, 1, 2, 3), (3, 4, 2, 2)]
 
@@ -39,16 +39,6 @@ def test_activation_values_and_derivatives(activation):
     np.testing.assert_allclose(dphi, fd, rtol=1e-6, atol=1e-9)
     values = activation_values(ACTIVATION_CODES[activation], np.array([-1e300, 1e300]))[0]
     assert np.all(np.isfinite(values))
-
-
-def _fd_gradient(fun, theta, rel=1e-6):
-    grad = np.empty_like(theta)
-    for p in range(theta.size):
-        h = rel * max(1.0, abs(theta[p]))
-        e = np.zeros_like(theta)
-        e[p] = h
-        grad[p] = (fun(theta + e) - fun(theta - e)) / (2 * h)
-    return grad
 
 
 def _setup(shape, gate, activation, seed, near_bounds=False):
@@ -81,7 +71,7 @@ def test_gradient_matches_finite_differences(gate, activation, shape, near_bound
     # objective is the mean squared residual of the reference model
     f = f_ref(*_arrays(theta, shape), X, gate, activation)
     assert obj == pytest.approx(np.mean((f - y) ** 2), rel=1e-12)
-    fd = _fd_gradient(value, theta)
+    fd = fd_gradient(value, theta)
     scale = np.abs(fd).max()
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6 * scale)
 
