@@ -13,6 +13,7 @@ from hmoe_estim import (
     regression_function,
 )
 from hmoe_estim.model import make_bounds, n_params, pack, random_start, unpack
+from hmoe_estim.model._starts import random_start_theta
 from hmoe_estim.solvers._gauss_newton import levenberg_marquardt
 from hmoe_estim.solvers._search import _head_indices, restart_heads
 
@@ -99,3 +100,14 @@ def test_restart_heads_never_raises_the_objective():
     assert np.all(best.theta >= lower) and np.all(best.theta <= upper)
     if rounds == 0:
         assert best is inc
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 2, 3), (2, 3, 1, 2)])
+@pytest.mark.parametrize("positive", [True, False])
+def test_random_start_theta_is_the_packed_random_start(shape, positive):
+    kw = dict(x_rms=1.3, y_scale=0.7, omega_max=5.0, param_bound=0.4,
+              positive_weights=positive)
+    r1, r2 = np.random.RandomState(5), np.random.RandomState(5)
+    for _ in range(3):  # the same stream, draw after draw
+        np.testing.assert_array_equal(random_start_theta(shape, r1, **kw),
+                                      pack(random_start(shape, r2, **kw)))

@@ -36,7 +36,7 @@ from .._validation import check_activation, check_count, check_gate, check_posit
 from ..model._measure import MixingMeasure
 from ..model._parameters import make_bounds, n_params, pack, unpack
 from ..model._regression import evaluate
-from ..model._starts import check_init_measure, random_start
+from ..model._starts import check_init_measure, random_start_theta
 from ..solvers._multistart import run_starts
 from ..solvers._search import count_agreeing, has_sign_symmetry, race, restart_heads
 from . import _guards
@@ -405,13 +405,16 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             np.clip(np.concatenate([pack(m), tail]) * v, lower, upper)
             for m in init_measures[:n_cand]
         ]
-        while len(starts) < n_cand:
-            m = random_start(
-                shape, rng, x_rms=x_rms, y_scale=y_scale,
-                omega_max=self.omega_max, param_bound=self.param_bound,
-                positive_weights=positive,
+
+        def draw():  # a random start, packed (the candidates, then the head restarts)
+            t = random_start_theta(
+                shape, rng, x_rms=x_rms, y_scale=y_scale, omega_max=self.omega_max,
+                param_bound=self.param_bound, positive_weights=positive,
             )
-            starts.append(np.clip(np.concatenate([pack(m), tail]), lower, upper))
+            return np.clip(np.concatenate([t, tail]), lower, upper)
+
+        while len(starts) < n_cand:
+            starts.append(draw())
         # writable C-contiguous float64 copies: Numba compiles a separate specialisation for
         # read-only arrays (a memory-mapped X would otherwise cost a fresh compilation) and for
         # integer targets, and a separately compiled kernel may sum in another order: an
@@ -430,14 +433,6 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             n_restart = self._head_restarts(H)
             rounds = 0
             if n_restart > 0 and H > 1:
-                def draw():  # a random start (drawn after the race's, same stream)
-                    m = random_start(
-                        shape, rng, x_rms=x_rms, y_scale=y_scale,
-                        omega_max=self.omega_max, param_bound=self.param_bound,
-                        positive_weights=positive,
-                    )
-                    return np.clip(np.concatenate([pack(m), tail]), lower, upper)
-
                 ib = int(np.argmin([r.objective for r in results]))
                 results = list(results)
                 results[ib], extra, rounds = restart_heads(
