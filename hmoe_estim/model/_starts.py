@@ -14,7 +14,7 @@ import numpy as np
 from ._measure import MixingMeasure
 from ._parameters import triangle_indices
 
-__all__ = ["random_start", "random_start_theta", "split_heaviest_channel", "check_init_measure"]
+__all__ = ["random_start", "split_heaviest_channel", "check_init_measure"]
 
 
 def random_start(

@@ -6,13 +6,12 @@ oracle (nothing about the truth), only the data and ordinary random starts:
 - **Racing** (successive halving in two rounds): ``n_candidates`` random starts each run
   ``race_iter // 2`` Levenberg–Marquardt iterations (:mod:`hmoe_estim.solvers._gauss_newton`),
   the best quarter the other half; the ``n_starts`` with the lowest objective then run to
-  convergence on all the data, the others are abandoned. The race runs on at most ``RACE_SAMPLES`` evenly spaced samples
-  (``RACE_SAMPLES_LINEAR`` for the linear gates).
+  convergence on all the data, the others are abandoned. The race runs on at most
+  ``RACE_SAMPLES`` evenly spaced samples (``RACE_SAMPLES_LINEAR`` for the linear gates).
   A start's objective after a few Gauss–Newton steps already sorts most hopeless basins out.
   The estimator's defaults (128 candidates for 4 starts, 10 iterations) are measured in
-  ``benchmarks/bench_solver.py``: no certified failure in 108 fits of its narrow one-head
-  suite; on the full design (one and two heads) 59 of 900 fits, 57 of them with two heads,
-  where more candidates help but do not suffice (see the user guide's solver page).
+  ``benchmarks/bench_solver.py``: on its full design (one and two heads, 900 fits) 28
+  certified failures, 26 of them with two heads (see the user guide's solver page).
 - **Signed weights** where the model has the symmetry ``(ω, a) ≡ (−ω, −a)``: for the linear
   gates (``"none"``, ``"output"``: ``f`` depends on ``ω a`` only) and for an odd activation
   (``tanh``) with the value or SDPA gate (``ω φ(−a·x) = −ω φ(a·x)``), the search runs over
@@ -22,10 +21,11 @@ oracle (nothing about the truth), only the data and ordinary random starts:
   ``ω = 0`` (a bound where its gradient in ``a`` vanishes) to turn round.
 - **Head restarts** (:func:`restart_heads`, the default with several heads): redraw one
   whole head of the best fit — its weights, gate matrices ``M[h]`` and experts — the other
-  heads kept, race such candidates and keep an improvement; repeat while it improves. With
-  two heads the common local optimum has one head right and the other in a wrong basin of its
-  gate; a fresh start redraws both. On the two-head truths of ``benchmarks/bench_solver.py``
-  the certified failures fell from 57 to {NEW} of 432 fits.
+  heads kept, race such candidates and keep an improvement; repeat while it improves. A
+  two-head fit with one head right and the other in a wrong basin of its gate is repaired
+  without redrawing the right head, which a fresh start would. On the two-head truths of
+  ``benchmarks/bench_solver.py``, with the two-round race, the certified failures fell from
+  57 to 26 of 432 fits (13% to 6.0%).
 - **Perturb-and-refit** (:func:`hop`, not a default): redraw or negate one channel of the
   incumbent at a time and race the candidates. Measured on 12 fits of hard tanh truths, it
   improved none; more raced candidates fixed them (see the user guide's solver page).
