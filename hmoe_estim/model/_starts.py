@@ -12,6 +12,7 @@ Starting near the true measure is an oracle: the study runner labels it as such.
 import numpy as np
 
 from ._measure import MixingMeasure
+from ._parameters import triangle_indices
 
 __all__ = ["random_start", "split_heaviest_channel", "check_init_measure"]
 
@@ -39,6 +40,27 @@ def random_start(
     omega_max, param_bound : float
         The box.
     """
+    return MixingMeasure(*_draw(shape, rng, x_rms, y_scale, omega_max, param_bound,
+                                positive_weights))
+
+
+def random_start_theta(
+    shape, rng, *, x_rms=1.0, y_scale=1.0, omega_max=10.0, param_bound=10.0,
+    positive_weights=True,
+):
+    """``pack(random_start(...))`` with the same draws, without building the measure.
+
+    The estimator draws hundreds of candidates per fit; the measure's validation would cost
+    more than a Levenberg–Marquardt iteration of the linear gates.
+    """
+    omega, M, a = _draw(shape, rng, x_rms, y_scale, omega_max, param_bound, positive_weights)
+    H, N, K, D = shape
+    p, q = triangle_indices(D)
+    return np.concatenate([omega.ravel(), M[:, : N - 1][..., p, q].ravel(), a.ravel()])
+
+
+def _draw(shape, rng, x_rms, y_scale, omega_max, param_bound, positive_weights):
+    """The arrays ``(omega, M, a)`` of :func:`random_start` (``M[:, N-1] = 0``)."""
     H, N, K, D = shape
     x_rms = max(float(x_rms), 1e-12)
     s_m = 1.0 / (x_rms**2 * np.sqrt(D))
@@ -53,9 +75,8 @@ def random_start(
     if not positive_weights:
         omega = omega * rng.choice([-1.0, 1.0], size=(H, K))
         omega_low = -0.99 * omega_max
-    return MixingMeasure(
-        np.clip(omega, omega_low, 0.99 * omega_max), np.clip(M, -lim, lim), np.clip(a, -lim, lim)
-    )
+    return (np.clip(omega, omega_low, 0.99 * omega_max), np.clip(M, -lim, lim),
+            np.clip(a, -lim, lim))
 
 
 def split_heaviest_channel(measure, *, random_state=None, jitter=1e-2):
