@@ -61,11 +61,15 @@ def gate_rows(theta, otri, h, N, xx, s, g, work, b):
         combine_rows(theta, otri + (h * (N - 1) + i) * T, T, xx, s, i, b)
     # stable softmax over tokens: subtract the max, exponentiate, normalise. The last token's
     # form is 0 (A.3), so the max starts at 0. Every loop runs over the block innermost.
+    # (max(a, b) written out as Numba's own select: the same values, no compiled overload)
     for t in range(b):
-        work[0, t] = max(s[0, t], 0.0)
+        v = s[0, t]
+        work[0, t] = 0.0 if 0.0 > v else v
     for i in range(1, N - 1):
         for t in range(b):
-            work[0, t] = max(work[0, t], s[i, t])
+            v = s[i, t]
+            w = work[0, t]
+            work[0, t] = v if v > w else w
     for t in range(b):
         e = vexp(-work[0, t])
         g[last, t] = e
