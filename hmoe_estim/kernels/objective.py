@@ -55,7 +55,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from .activations import activation_rows
-from .gate import gate_rows, pair_products
+from .gate import gate_softmax, pair_products
 from .rows import accumulate_dots, combine_rows, gated_sum
 from .target import FASTMATH, INTERNAL, wide_vectors
 
@@ -175,7 +175,10 @@ def _forward_block(
     for t in range(b):
         f[t] = 0.0
     for h in range(H):
-        gate_rows(theta, o1, h, N, xx, s, g, work, b)
+        # gate: s_i = xᵀ M[h, i] x from the triangles of M and the pair products, then softmax
+        for i in range(N - 1):
+            combine_rows(theta, o1 + (h * (N - 1) + i) * T, T, xx, s, i, b)
+        gate_softmax(h, N, s, g, work, b)
         if gate == GATE_NONE or gate == GATE_OUTPUT:  # f += Σ_i g_i b_i·x
             for i in range(N):
                 r = h * N + i
