@@ -22,14 +22,14 @@ from numba import njit
 
 from .._names import ACTIVATION_CODES
 from .._validation import check_activation
-from .target import wide_vectors
+from .target import INTERNAL, wide_vectors
 from .vexp import vexp
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy", fastmath={"contract"}, **INTERNAL)
 def activation_rows(code, z, rz, phi, rp, dphi, rd, b):
     """``phi[rp, :b] = φ(z[rz, :b])`` and ``dphi[rd, :b] = φ'(z[rz, :b])`` (2-D arrays)."""
     wide_vectors()

@@ -2,13 +2,13 @@
 
 ``M[h, N-1] = 0`` (assumption (A.3)), so only the ``N-1`` free matrices are stored, as upper
 triangles (see ``hmoe_estim/model/_parameters.py``). The quadratic forms use the pair products
-``xx[pq] = c_pq x_p x_q`` shared by every ``M[h, i]``. The softmax subtracts the row maximum
+``xx[pq] = c_pq x_p x_q`` shared by every ``M[h, i]`` (:func:`pair_products`; the forward pass
+combines them with the triangles). The softmax subtracts the row maximum
 before ``exp``: no overflow for any finite input.
 """
 
 from numba import njit
 
-from .rows import combine_rows
 from .target import FASTMATH, INTERNAL, wide_vectors
 from .vexp import vexp
 
@@ -30,42 +30,46 @@ def pair_products(x, xx, b):
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
-def gate_rows(theta, otri, h, N, xx, s, g, work, b):
-    """Softmax gate of head ``h`` on a block: rows ``h*N .. h*N+N-1`` of ``g``.
+def gate_softmax(h, N, s, g, work, b):
+    """Softmax gate of head ``h`` on a block, from its quadratic forms: rows ``h*N .. h*N+N-1``
+    of ``g``.
 
     Parameters
     ----------
-    theta : ndarray (P,)
-        Parameter vector; the upper triangles of ``M[h, 0..N-2]`` start at ``otri``
-        (offset of the ``M`` part, ``hmoe_estim/model/_parameters.py``).
-    xx : ndarray (T, B)
-        Pair products from :func:`pair_products`.
+    h, N : int
+        Head and number of tokens.
     s : ndarray (N, B)
-        Scratch for the quadratic forms ``xᵀ M[h, i] x``.
+        ``s[i] = xᵀ M[h, i] x`` for the free tokens ``i < N-1`` (the caller forms them with
+        :func:`~.rows.combine_rows` from the upper triangles of ``M[h, i]`` and the pair
+        products of :func:`pair_products`); the last token's form is 0 (A.3).
     g : ndarray (H*N, B)
         Output: the gate values, row ``h*N + i`` for token ``i``.
     work : ndarray (2, B)
         Scratch: the row maximum, then the reciprocal of the sum.
     b : int
         Number of valid samples in the block.
+
+    The quadratic forms are not formed here so that the row combination is not compiled into
+    this function too (it would be compiled once more for every compiled caller up the chain).
     """
     wide_vectors()
-    T = xx.shape[0]
     r0 = h * N
     last = r0 + N - 1
     if N == 1:
         for t in range(b):
             g[r0, t] = 1.0
         return
-    for i in range(N - 1):
-        combine_rows(theta, otri + (h * (N - 1) + i) * T, T, xx, s, i, b)
     # stable softmax over tokens: subtract the max, exponentiate, normalise. The last token's
     # form is 0 (A.3), so the max starts at 0. Every loop runs over the block innermost.
+    # (max(a, b) written out as Numba's own select: the same values, no compiled overload)
     for t in range(b):
-        work[0, t] = max(s[0, t], 0.0)
+        v = s[0, t]
+        work[0, t] = 0.0 if 0.0 > v else v
     for i in range(1, N - 1):
         for t in range(b):
-            work[0, t] = max(work[0, t], s[i, t])
+            v = s[i, t]
+            w = work[0, t]
+            work[0, t] = v if v > w else w
     for t in range(b):
         e = vexp(-work[0, t])
         g[last, t] = e

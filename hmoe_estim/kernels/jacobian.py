@@ -63,7 +63,7 @@ from .objective import (
     mixed_values,
 )
 from .rows import combine_rows, gated_sum
-from .target import INTERNAL, wide_vectors
+from .target import INTERNAL, collector_paused, wide_vectors
 
 __all__ = ["gauss_newton_sums", "sum_of_squares", "jacobian_matrix"]
 
@@ -179,7 +179,7 @@ def _accumulate_block(J, res, P, b, acc):
     for p in range(P):
         q = p
         while q < P:
-            m = min(4, P - q)
+            m = P - q if P - q < 4 else 4
             s0 = s1 = s2 = s3 = 0.0
             if m == 4:
                 for t in range(b):
@@ -242,15 +242,16 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
     nchunks = partial.shape[0]
     nblocks = (n + BLOCK - 1) // BLOCK
     values = out.shape[0] == n
+    nj = P if sums else 0
     (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
-     fh) = _temporaries(H, N, K, D, gate)
-    J = np.empty((P if sums else 0, BLOCK))
-    res = np.empty(BLOCK)
+     fh, rest) = _temporaries(H, N, K, D, gate, nj + 1)
+    J = rest[:nj]
+    res = rest[nj]
     for c in range(wk, nchunks, nworkers):
         acc = partial[c]
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             j0 = blk * BLOCK
-            b = min(BLOCK, n - j0)
+            b = n - j0 if n - j0 < BLOCK else BLOCK
             _forward_block(
                 XT, j0, b, theta, bv, H, N, K, gate, act,
                 x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work,
@@ -303,10 +304,11 @@ def _entry(parallel, gate, act):
             a1, a2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
             args = (a1, a2, a1, f8, a1, i8, i8, i8, types.literal(int(gate)),
                     types.literal(int(act)), a2, a1, types.boolean)
-            if parallel:
-                entry = _pass.compile(args + (i8,))
-            else:
-                entry = _pass_worker.compile((i8, i8) + args)
+            with collector_paused():  # a cold compile: see target.collector_paused
+                if parallel:
+                    entry = _pass.compile(args + (i8,))
+                else:
+                    entry = _pass_worker.compile((i8, i8) + args)
         _ENTRIES[key] = entry
     return entry
 
@@ -400,8 +402,7 @@ def _jacobian_matrix(theta, XT, bv, H, N, K, D, gate, act):
     P = _offsets(H, N, K, D)[3]
     out = np.empty((n, P))
     (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
-     fh) = _temporaries(H, N, K, D, gate)
-    J = np.empty((P, BLOCK))
+     fh, J) = _temporaries(H, N, K, D, gate, P)
     for j0 in range(0, n, BLOCK):
         b = min(BLOCK, n - j0)
         _forward_block(XT, j0, b, theta, bv, H, N, K, gate, act,

@@ -55,7 +55,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from .activations import activation_rows
-from .gate import gate_rows, pair_products
+from .gate import gate_softmax, pair_products
 from .rows import accumulate_dots, combine_rows, gated_sum
 from .target import FASTMATH, INTERNAL, wide_vectors
 
@@ -113,18 +113,22 @@ def chunk_total(partial):
     return total
 
 
-@njit(cache=True, **INTERNAL)
-def _temporaries(H, N, K, D, gate):
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
+def _temporaries(H, N, K, D, gate, extra):
     """Per-worker scratch, rows × samples of a block.
 
     x (D), xx (T), s (N), g (H·N), z (H·N: ``b[h, i]·x`` for the linear gates; H·N·K:
     ``a[h, i, k]·x`` for the SDPA gate; 1 row of scratch for the value gate), φ(z)/φ'(z)
     (H·N·K, value gate), vv (H·N, value gate: ``Σ_k ω φ(z_ik)``), u/φ(u)/φ'(u) (H·K, SDPA
     gate), v (N: ``∂/∂s_i``), du (K), fo (3: f_MHA, φ(f_MHA), φ'(f_MHA)), e (1), coef (1),
-    work (2), ones (1); f and fh (B,).
+    work (2), ones (1); f and fh (B,); and ``extra`` rows for the caller (``J``).
+
+    Every array is a 2-D ``np.empty`` (1-D ones are rows of one), made here and in the compiler
+    flags of the callers: one ``np.empty`` signature compiles once on a cold start, where
+    ``np.ones``, 1-D shapes and allocations in functions of other flags compiled five.
     """
     T = D * (D + 1) // 2
-    if _linear(gate):
+    if gate == GATE_NONE or gate == GATE_OUTPUT:
         nz = H * N
     elif gate == GATE_SDPA:
         nz = H * N * K
@@ -133,14 +137,18 @@ def _temporaries(H, N, K, D, gate):
     nphi = H * N * K if gate == GATE_VALUE else 1
     nvv = H * N if gate == GATE_VALUE else 1
     nu = H * K if gate == GATE_SDPA else 1
+    ones = np.empty((1, BLOCK))
+    for t in range(BLOCK):
+        ones[0, t] = 1.0
+    ffh = np.empty((2, BLOCK))
     return (
         np.empty((D, BLOCK)), np.empty((T, BLOCK)), np.empty((N, BLOCK)),
         np.empty((H * N, BLOCK)), np.empty((nz, BLOCK)),
         np.empty((nphi, BLOCK)), np.empty((nphi, BLOCK)), np.empty((nvv, BLOCK)),
         np.empty((nu, BLOCK)), np.empty((nu, BLOCK)), np.empty((nu, BLOCK)),
         np.empty((N, BLOCK)), np.empty((K, BLOCK)), np.empty((3, BLOCK)),
-        np.empty((1, BLOCK)), np.empty((1, BLOCK)), np.empty((2, BLOCK)), np.ones((1, BLOCK)),
-        np.empty(BLOCK), np.empty(BLOCK),
+        np.empty((1, BLOCK)), np.empty((1, BLOCK)), np.empty((2, BLOCK)), ones,
+        ffh[0], ffh[1], np.empty((extra, BLOCK)),
     )
 
 
@@ -167,7 +175,10 @@ def _forward_block(
     for t in range(b):
         f[t] = 0.0
     for h in range(H):
-        gate_rows(theta, o1, h, N, xx, s, g, work, b)
+        # gate: s_i = xᵀ M[h, i] x from the triangles of M and the pair products, then softmax
+        for i in range(N - 1):
+            combine_rows(theta, o1 + (h * (N - 1) + i) * T, T, xx, s, i, b)
+        gate_softmax(h, N, s, g, work, b)
         if gate == GATE_NONE or gate == GATE_OUTPUT:  # f += Σ_i g_i b_i·x
             for i in range(N):
                 r = h * N + i
@@ -405,7 +416,7 @@ def _objective_worker(wk, nworkers, theta, XT, y, bv, H, N, K, gate, act, c0, pa
     nchunks = partial.shape[0]
     scale = 2.0 / n
     (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
-     fh) = _temporaries(H, N, K, D, gate)
+     fh, _) = _temporaries(H, N, K, D, gate, np.int64(0))
     for c in range(wk, nchunks, nworkers):
         acc = partial[c]
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):

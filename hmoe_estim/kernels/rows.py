@@ -33,7 +33,7 @@ def combine_rows(c, c0, J, rows, out, ro, b):
     wide_vectors()
     j = 0
     while j < J:
-        m = min(4, J - j)
+        m = J - j if J - j < 4 else 4  # min(4, J - j) without a compiled overload
         c_0 = c[c0 + j]
         c_1 = c[c0 + j + 1] if m > 1 else 0.0
         c_2 = c[c0 + j + 2] if m > 2 else 0.0
@@ -78,7 +78,7 @@ def accumulate_dots(p, pr, q, qr, scale, rows, J, acc, a0, b):
     wide_vectors()
     j = 0
     while j < J:
-        m = min(4, J - j)
+        m = J - j if J - j < 4 else 4  # min(4, J - j) without a compiled overload
         s0 = s1 = s2 = s3 = 0.0
         if m == 4:
             for t in range(b):

@@ -15,8 +15,10 @@ llvmlite's ``add`` only accepts the attributes it knows by name. If a future llv
 that structure, the kernels compile as before, with the default width.
 """
 
+import gc
+from contextlib import contextmanager
+
 import numba
-from numba import njit
 
 _ATTRIBUTE = '"prefer-vector-width"="512"'
 
@@ -39,7 +41,13 @@ else:
     from numba.extending import intrinsic
 
     @intrinsic
-    def _prefer_wide_vectors(typingctx):
+    def wide_vectors(typingctx):
+        """Mark the calling kernel for full-width vectorisation (see the module docstring).
+
+        An intrinsic, called straight from the kernels: a jitted wrapper would be inlined by
+        Numba into every kernel, an extra pass over each one's IR on a cold start.
+        """
+
         def codegen(context, builder, signature, args):
             try:
                 set.add(builder.function.attributes, _ATTRIBUTE)
@@ -49,7 +57,22 @@ else:
 
         return types.none(), codegen
 
-    @njit(inline="always")
-    def wide_vectors():
-        """Mark the calling kernel for full-width vectorisation (see the module docstring)."""
-        _prefer_wide_vectors()
+
+@contextmanager
+def collector_paused():
+    """Pause Python's cyclic garbage collector while Numba compiles a kernel.
+
+    Compiling creates millions of short-lived objects; the collector's full passes over the
+    whole heap (numpy, SciPy, scikit-learn and Numba's own objects) took about 0.9 s of a
+    9 s cold first fit. The collector is re-enabled on exit (if it was enabled), so the
+    compiler's cyclic garbage is collected afterwards; the peak memory of a cold compile is
+    about 50 MB higher. Nested uses, and a collector the caller disabled, are left alone.
+    """
+    enabled = gc.isenabled()
+    if enabled:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -29,7 +29,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from .target import wide_vectors
+from .target import INTERNAL, wide_vectors
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # ln 2 with the last bits zeroed: k·_LN2_HI is exact
@@ -79,7 +79,7 @@ else:
         return types.float64(types.int64), codegen
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy", fastmath={"contract"}, **INTERNAL)
 def vexp(x):
     """``exp(x)`` for a float64 scalar, in straight-line arithmetic (see the module docstring)."""
     # clamp to the representable range; NaN fails both tests, stays NaN through the

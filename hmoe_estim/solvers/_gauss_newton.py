@@ -45,6 +45,7 @@ the residuals ``√(n·alpha·w_p) theta_p``, so it enters the Gauss–Newton mo
 rule, ``σ̂² = S / n``) then reads ``S`` for ``Σ r²``.
 """
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,7 @@ from numba import njit
 
 from .._names import ACTIVATION_CODES, GATE_CODES
 from ..kernels.objective import penalty_weights
+from ..kernels.target import collector_paused
 from ._multistart import StartResult
 
 __all__ = ["LMResult", "levenberg_marquardt", "run_lm_starts", "STAT_TOL"]
@@ -121,18 +123,22 @@ class _single_thread_blas:
 
 
 @njit(cache=True)
-def _damped_step(A, g, free, dscale, mu):
-    """``s_F = −(A_FF + μ diag(d_F))⁻¹ g_F`` by Cholesky, zero off ``F``; ``ok`` False if
-    the factorisation fails (``A_FF`` singular or indefinite in rounding) or ``s`` is not
-    finite."""
+def _damped_step(A, g, free, dscale, mu, idx, L, w, s):
+    """``s_F = −(A_FF + μ diag(d_F))⁻¹ g_F`` by Cholesky, written into ``s`` (zero off ``F``);
+    returns False (and ``s = 0``) if the factorisation fails (``A_FF`` singular or indefinite in
+    rounding) or ``s`` is not finite.
+
+    ``idx`` (P, int64), ``L`` (P × P, its leading m × m block the factor), ``w`` (P) and ``s``
+    (P) are the caller's workspace: no allocation here, so nothing but this function compiles
+    on a cold start.
+    """
     P = g.shape[0]
-    idx = np.empty(P, dtype=np.int64)
     m = 0
     for p in range(P):
+        s[p] = 0.0
         if free[p]:
             idx[m] = p
             m += 1
-    L = np.zeros((m, m))
     for i in range(m):
         for j in range(i + 1):
             v = A[idx[i], idx[j]]
@@ -142,17 +148,15 @@ def _damped_step(A, g, free, dscale, mu):
                 v -= L[i, k] * L[j, k]
             if i == j:
                 if not (v > 0.0):  # also catches NaN
-                    return np.zeros(P), False
+                    return False
                 L[i, i] = np.sqrt(v)
             else:
                 L[i, j] = v / L[j, j]
-    w = np.empty(m)
     for i in range(m):  # L w = −g_F
         v = -g[idx[i]]
         for k in range(i):
             v -= L[i, k] * w[k]
         w[i] = v / L[i, i]
-    s = np.zeros(P)
     for i in range(m - 1, -1, -1):  # Lᵀ s_F = w
         v = w[i]
         for k in range(i + 1, m):
@@ -160,34 +164,36 @@ def _damped_step(A, g, free, dscale, mu):
         s[idx[i]] = v / L[i, i]
     for p in range(P):
         if not np.isfinite(s[p]):
-            return np.zeros(P), False
-    return s, True
+            for q in range(P):
+                s[q] = 0.0
+            return False
+    return True
 
 
 @njit(cache=True)
-def _free_set(A, g, theta, lower, upper):
+def _free_set(A, g, theta, lower, upper, free, dscale):
     """The free set and the damping scale of an iteration, in one call (a dozen small-array
-    NumPy calls cost as much as the kernel on a race's subsample).
+    NumPy calls cost as much as the kernel on a race's subsample); returns ``n_free``.
 
     ``free``: not held at a bound by the gradient; ``dscale = max(diag A, 1e-12 · max diag A)``
-    (``1e-300`` at least); ``n_free``: how many are free.
+    (``1e-300`` at least), both written into the caller's arrays; ``n_free``: how many are free.
     """
     P = g.shape[0]
     dmax = 0.0
     for p in range(P):
         if A[p, p] > dmax:
             dmax = A[p, p]
-    floor = 1e-12 * max(dmax, 1e-300)
-    dscale = np.empty(P)
-    free = np.empty(P, dtype=np.bool_)
+    # max(a, b) written out as Numba's own select (b if b > a else a): no compiled overload
+    floor = 1e-12 * (1e-300 if 1e-300 > dmax else dmax)
     n_free = 0
     for p in range(P):
-        dscale[p] = max(A[p, p], floor)
+        d = A[p, p]
+        dscale[p] = floor if floor > d else d
         held = (theta[p] <= lower[p] and g[p] > 0) or (theta[p] >= upper[p] and g[p] < 0)
         free[p] = not held
         if not held:
             n_free += 1
-    return free, dscale, n_free
+    return n_free
 
 
 def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *, max_iter=200,
@@ -280,7 +286,12 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             damping=float(mu), offset=float(off),
         )
 
-    with _single_thread_blas():
+    # workspace of the compiled helpers (free set, damping scale, the Cholesky step)
+    free, dscale = np.empty(P, dtype=np.bool_), np.empty(P)
+    idx, L, w = np.empty(P, dtype=np.int64), np.empty((P, P)), np.empty(P)
+    s_gn, s = np.empty(P), np.empty(P)
+    first = collector_paused() if not _damped_step.signatures else nullcontext()
+    with _single_thread_blas(), first:  # the first call compiles the helpers
         A, g, ssr = sums(theta)
         n_jac += 1
         if not np.isfinite(ssr):
@@ -296,16 +307,16 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             if ssr <= floor:
                 return result(theta, ssr, n_iter + it, True,
                               "the residuals are at rounding level", mu)
-            free, dscale, n_free = _free_set(A, g, theta, lower, upper)
+            n_free = _free_set(A, g, theta, lower, upper, free, dscale)
             if n_free == 0:
                 return result(theta, ssr, n_iter + it, True,
                               "every parameter is held at a bound", mu)
             # Gauss–Newton decrement on the free parameters: the stopping rule
             eps = _EPS_DECREMENT
-            s_gn, ok = _damped_step(A, g, free, dscale, eps)
+            ok = _damped_step(A, g, free, dscale, eps, idx, L, w, s_gn)
             while not ok and eps < 1.0:
                 eps *= 100.0
-                s_gn, ok = _damped_step(A, g, free, dscale, eps)
+                ok = _damped_step(A, g, free, dscale, eps, idx, L, w, s_gn)
             decrement = float(-g @ s_gn) if ok else np.inf
             if decrement <= max(tol * ssr, stat_tol * ssr / nm):
                 return result(theta, ssr, n_iter + it, True,
@@ -322,7 +333,7 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             it += 1
             accepted = False
             while mu <= _MU_MAX:
-                s, ok = _damped_step(A, g, free, dscale, mu)
+                ok = _damped_step(A, g, free, dscale, mu, idx, L, w, s)
                 if not ok:  # singular / indefinite in rounding: more damping
                     mu *= nu
                     nu *= 2.0
