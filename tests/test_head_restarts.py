@@ -111,3 +111,20 @@ def test_random_start_theta_is_the_packed_random_start(shape, positive):
     for _ in range(3):  # the same stream, draw after draw
         np.testing.assert_array_equal(random_start_theta(shape, r1, **kw),
                                       pack(random_start(shape, r2, **kw)))
+
+
+def test_head_restarts_carry_the_options_and_do_not_depend_on_n_jobs():
+    G = random_measure(2, 2, 1, 2, scale=2.0, random_state=7)
+    X, y = make_hmoe_regression(500, measure=G, n_experts=1, n_features=2, gate="value",
+                                noise=0.1, random_state=8)
+    y = y + 3.0  # an offset for the intercept
+    kw = dict(n_heads=2, n_experts=1, gate="value", n_starts=2, n_candidates=8,
+              head_restarts=4, fit_intercept=True, alpha=1e-4, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = HMoERegressor(**kw).fit(X, y)
+        two = HMoERegressor(n_jobs=2, **kw).fit(X, y)
+    assert one.objective_ < 0.02  # σ² = 0.01: the offset is fitted (by c or by the experts)
+    assert one.head_restart_rounds_ == two.head_restart_rounds_
+    np.testing.assert_array_equal(one.theta_, two.theta_)
+    assert one.objective_ == two.objective_
