@@ -433,8 +433,10 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             )
             n_restart = self._head_restarts(H)
             rounds = 0
-            if n_restart > 0 and H > 1:
-                ib = int(np.argmin([r.objective for r in results]))
+            objs = np.array([r.objective for r in results])
+            if n_restart > 0 and H > 1 and np.any(np.isfinite(objs)):
+                # (no finite start: the error below says why; restarts would not help)
+                ib = int(np.nanargmin(np.where(np.isfinite(objs), objs, np.nan)))
                 results = list(results)
                 results[ib], extra, rounds = restart_heads(
                     results[ib], XT, y, shape, self.gate, self.activation, (lower, upper),
