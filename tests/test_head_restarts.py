@@ -15,7 +15,7 @@ from hmoe_estim import (
 from hmoe_estim.model import make_bounds, n_params, pack, random_start, unpack
 from hmoe_estim.model._starts import random_start_theta
 from hmoe_estim.solvers._gauss_newton import levenberg_marquardt
-from hmoe_estim.solvers._search import _head_indices, restart_heads
+from hmoe_estim.solvers._search import _head_indices, hop, restart_heads
 
 
 @pytest.mark.parametrize("shape", [(2, 2, 1, 2), (2, 3, 2, 3), (3, 2, 2, 2)])
@@ -78,7 +78,8 @@ def test_head_restarts_is_validated(value):
         HMoERegressor(head_restarts=value).fit(X, y)
 
 
-def test_restart_heads_never_raises_the_objective():
+@pytest.mark.parametrize("search", ["restart_heads", "hop"])
+def test_perturb_and_refit_never_raises_the_objective(search):
     shape = (2, 2, 1, 2)
     G = random_measure(2, 2, 1, 2, scale=2.0, random_state=3)
     X, y = make_hmoe_regression(400, measure=G, n_experts=1, n_features=2, gate="sdpa",
@@ -92,14 +93,21 @@ def test_restart_heads_never_raises_the_objective():
 
     inc = levenberg_marquardt(draw(), XT, y, shape, "sdpa", "sigmoid", lower, upper,
                               max_iter=300)
-    best, passes, rounds = restart_heads(inc, XT, y, shape, "sdpa", "sigmoid", (lower, upper),
-                                         draw, n_per_head=4, max_rounds=3, race_iter=5,
-                                         max_iter=300, tol=1e-9, signed=False)
+    kw = dict(race_iter=5, max_iter=300, tol=1e-9, signed=False)
+    if search == "hop":
+        best, passes, rounds = hop(inc, XT, y, shape, "sdpa", "sigmoid", (lower, upper), draw,
+                                   n_rounds=3, **kw)
+    else:
+        best, passes, rounds = restart_heads(inc, XT, y, shape, "sdpa", "sigmoid",
+                                             (lower, upper), draw, n_per_head=4,
+                                             max_rounds=3, **kw)
     assert best.objective <= inc.objective
     assert passes > 0 and 0 <= rounds <= 3
     assert np.all(best.theta >= lower) and np.all(best.theta <= upper)
     if rounds == 0:
         assert best is inc
+    else:  # every accepted round lowered the objective by more than σ̂²/n
+        assert best.objective < inc.objective - rounds * best.objective / len(y)
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 2, 3), (2, 3, 1, 2)])

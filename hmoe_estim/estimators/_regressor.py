@@ -293,10 +293,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         return H, N, K
 
     def _head_restarts(self, H):
-        if self.solver != "lm":
+        """Candidates per head and round of the head restarts (0: none; always 0 with one
+        head, where a restarted head is a fresh start)."""
+        if H == 1:
             return 0
         if isinstance(self.head_restarts, str):
-            return AUTO_HEAD_RESTARTS if H > 1 else 0
+            return AUTO_HEAD_RESTARTS
         return int(self.head_restarts)
 
     def _n_candidates(self):
@@ -424,26 +426,25 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         XT = np.require(X.T, requirements=["C", "W"])
         y = np.require(y, dtype=np.float64, requirements=["C", "W"])
         if solver == "lm":
+            search = dict(
+                race_iter=self.race_iter, max_iter=self.max_iter, tol=self.tol,
+                signed=has_sign_symmetry(self.gate, self.activation), n_jobs=self.n_jobs,
+                verbose=self.verbose, fit_intercept=fit_intercept, alpha=alpha,
+            )
             results, _, abandoned = race(
                 starts, XT, y, shape, self.gate, self.activation, (lower, upper),
-                n_keep=self.n_starts, race_iter=self.race_iter, max_iter=self.max_iter,
-                tol=self.tol, signed=has_sign_symmetry(self.gate, self.activation),
-                n_jobs=self.n_jobs, verbose=self.verbose,
-                fit_intercept=fit_intercept, alpha=alpha,
+                n_keep=self.n_starts, **search,
             )
             n_restart = self._head_restarts(H)
             rounds = 0
+            # (objectives are finite or inf; with none finite the error below says why)
             objs = np.array([r.objective for r in results])
-            if n_restart > 0 and H > 1 and np.any(np.isfinite(objs)):
-                # (no finite start: the error below says why; restarts would not help)
-                ib = int(np.nanargmin(np.where(np.isfinite(objs), objs, np.nan)))
+            if n_restart > 0 and np.isfinite(objs).any():
+                ib = int(np.argmin(objs))
                 results = list(results)
                 results[ib], extra, rounds = restart_heads(
                     results[ib], XT, y, shape, self.gate, self.activation, (lower, upper),
-                    draw, n_per_head=n_restart, max_rounds=HEAD_RESTART_ROUNDS,
-                    race_iter=self.race_iter, max_iter=self.max_iter, tol=self.tol,
-                    signed=has_sign_symmetry(self.gate, self.activation), n_jobs=self.n_jobs,
-                    verbose=self.verbose, fit_intercept=fit_intercept, alpha=alpha,
+                    draw, n_per_head=n_restart, max_rounds=HEAD_RESTART_ROUNDS, **search,
                 )
                 abandoned += extra
             self.head_restart_rounds_ = rounds

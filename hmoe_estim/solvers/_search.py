@@ -82,6 +82,15 @@ def signed_bounds(bounds, shape):
     return lower, upper
 
 
+def _offsets(shape):
+    """``(T, o1, o2)``: triangle size and the offsets of ``M`` and ``a`` in ``theta`` (the
+    packing of :func:`hmoe_estim.model.pack`: ``ω`` (H·K), ``M`` triangles (H·(N−1)·T), ``a``)."""
+    H, N, K, D = shape
+    T = D * (D + 1) // 2
+    o1 = H * K
+    return T, o1, o1 + H * (N - 1) * T
+
+
 def fold_signs(theta, shape):
     """Map every channel with ``ω < 0`` to ``(−ω, −a)`` (same ``f`` under the symmetry).
 
@@ -89,8 +98,7 @@ def fold_signs(theta, shape):
     """
     H, N, K, D = shape
     theta = np.array(theta, dtype=np.float64)
-    T = D * (D + 1) // 2
-    o2 = H * K + H * (N - 1) * T
+    _, _, o2 = _offsets(shape)
     a = theta[o2:o2 + H * N * K * D].reshape(H, N, K, D)
     for h in range(H):
         for k in range(K):
@@ -160,32 +168,26 @@ def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, 
             XT_r, y_r = np.ascontiguousarray(XT[:, idx]), np.ascontiguousarray(y[idx])
         else:
             XT_r, y_r = XT, y
+        # successive halving: every candidate runs r1 iterations, the best 1/RACE_FRACTION
+        # of them the rest of the race_iter (one round when that would keep too few)
         r1 = race_iter // 2
-        if r1 > 0 and len(starts) > RACE_FRACTION * n_keep:
-            # successive halving: every candidate runs r1 iterations, the best
-            # 1/RACE_FRACTION of them the rest of the race_iter
-            first = run_lm_starts(starts, XT_r, y_r, shape, gate, activation, bounds,
-                                  n_jobs=n_jobs, verbose=verbose, max_iter=r1, tol=tol,
-                                  **options)
-            objs = np.array([r.objective for r in first])
-            n_mid = -(-len(starts) // RACE_FRACTION)
-            mid = [int(j) for j in np.argsort(objs, kind="stable")[:n_mid]]
+        halving = r1 > 0 and len(starts) > RACE_FRACTION * n_keep
+        first = list(run_lm_starts(starts, XT_r, y_r, shape, gate, activation, bounds,
+                                   n_jobs=n_jobs, verbose=verbose, tol=tol,
+                                   max_iter=r1 if halving else race_iter, **options))
+        objs = np.array([r.objective for r in first])
+        if halving:
+            mid = np.argsort(objs, kind="stable")[:-(-len(starts) // RACE_FRACTION)]
             cont = run_lm_starts(
                 [first[j].theta for j in mid], XT_r, y_r, shape, gate, activation, bounds,
                 n_jobs=n_jobs, verbose=verbose, max_iter=race_iter - r1, tol=tol,
                 mu0s=[first[j].damping for j in mid],
                 counts=[(first[j].n_jac, first[j].n_fev, first[j].n_iter) for j in mid],
                 **options)
-            first = list(first)
             for j, r in zip(mid, cont):
-                first[j] = r  # its passes and iterations include the first rung's
-            objs = np.full(len(first), np.inf)
+                first[j] = r  # its passes and iterations include the first round's
+            objs = np.full(len(first), np.inf)  # the others are out of the race
             objs[mid] = [r.objective for r in cont]
-        else:
-            first = run_lm_starts(starts, XT_r, y_r, shape, gate, activation, bounds,
-                                  n_jobs=n_jobs, verbose=verbose, max_iter=race_iter, tol=tol,
-                                  **options)
-            objs = np.array([r.objective for r in first])
         kept = [int(j) for j in np.argsort(objs, kind="stable")[:n_keep]]
         resumed = run_lm_starts(
             [first[j].theta for j in kept], XT, y, shape, gate, activation, bounds,
@@ -210,14 +212,48 @@ def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, 
 def _channel_slices(shape):
     """For each channel ``(h, k)``: index of ``ω[h, k]`` and the indices of ``a[h, :, k, :]``."""
     H, N, K, D = shape
-    T = D * (D + 1) // 2
-    o2 = H * K + H * (N - 1) * T
+    _, _, o2 = _offsets(shape)
     out = []
     for h in range(H):
         for k in range(K):
             idx = [o2 + ((h * N + i) * K + k) * D + d for i in range(N) for d in range(D)]
             out.append((h * K + k, np.array(idx)))
     return out
+
+
+def _head_indices(shape):
+    """For each head ``h``: the indices of ``ω[h, :]``, ``M[h, :N-1]`` and ``a[h]`` in
+    ``theta``."""
+    H, N, K, D = shape
+    T, o1, o2 = _offsets(shape)
+    return [
+        np.concatenate([
+            np.arange(h * K, (h + 1) * K),
+            np.arange(o1 + h * (N - 1) * T, o1 + (h + 1) * (N - 1) * T),
+            np.arange(o2 + h * N * K * D, o2 + (h + 1) * N * K * D),
+        ])
+        for h in range(H)
+    ]
+
+
+def _improve(best, candidates, XT, y, shape, gate, activation, bounds, *, max_rounds,
+             n_keep, **race_kw):
+    """Rounds of ``race(candidates(best.theta))``; the best result replaces ``best`` when it
+    lowers the objective by more than ``1 · σ̂²/n``, and the search stops after a round
+    without that or after ``max_rounds``. Returns ``(best, passes, rounds_improved)``."""
+    n = XT.shape[1]
+    passes = 0.0
+    rounds = 0
+    for _ in range(max_rounds):
+        results, _, rp = race(candidates(best.theta), XT, y, shape, gate, activation, bounds,
+                              n_keep=n_keep, **race_kw)
+        passes += rp + sum(r.n_passes for r in results)
+        cand = min(results, key=lambda r: r.objective)
+        if not cand.objective < best.objective - max(best.objective, 0.0) / max(n, 1):
+            break
+        best = cand
+        rounds += 1
+    return best, passes, rounds
 
 
 def hop(best, XT, y, shape, gate, activation, bounds, draw, *, n_rounds, race_iter, max_iter,
@@ -233,12 +269,9 @@ def hop(best, XT, y, shape, gate, activation, bounds, draw, *, n_rounds, race_it
     objective by more than ``1 · σ̂²/n``; the search stops after a round without that.
     Returns ``(best, passes, rounds_improved)``.
     """
-    n = XT.shape[1]
-    passes = 0.0
-    improved = 0
     slices = _channel_slices(shape)
-    for _ in range(n_rounds):
-        theta = best.theta
+
+    def candidates(theta):
         cands = []
         for io, ia in slices:
             t = theta.copy()
@@ -249,34 +282,11 @@ def hop(best, XT, y, shape, gate, activation, bounds, draw, *, n_rounds, race_it
             t = theta.copy()
             t[ia] = -t[ia]
             cands.append(t)
-        results, _, rp = race(cands, XT, y, shape, gate, activation, bounds, n_keep=2,
-                              race_iter=race_iter, max_iter=max_iter, tol=tol, signed=signed,
-                              n_jobs=n_jobs, verbose=verbose)
-        passes += rp + sum(r.n_passes for r in results)
-        cand = min(results, key=lambda r: r.objective)
-        if cand.objective < best.objective - max(best.objective, 0.0) / max(n, 1):
-            best = cand
-            improved += 1
-        else:
-            break
-    return best, passes, improved
+        return cands
 
-
-def _head_indices(shape):
-    """For each head ``h``: the indices of ``ω[h, :]``, ``M[h, :N-1]`` and ``a[h]`` in ``theta``
-    (the packing of :func:`hmoe_estim.model.pack`)."""
-    H, N, K, D = shape
-    T = D * (D + 1) // 2
-    o1 = H * K
-    o2 = o1 + H * (N - 1) * T
-    return [
-        np.concatenate([
-            np.arange(h * K, (h + 1) * K),
-            np.arange(o1 + h * (N - 1) * T, o1 + (h + 1) * (N - 1) * T),
-            np.arange(o2 + h * N * K * D, o2 + (h + 1) * N * K * D),
-        ])
-        for h in range(H)
-    ]
+    return _improve(best, candidates, XT, y, shape, gate, activation, bounds,
+                    max_rounds=n_rounds, n_keep=2, race_iter=race_iter, max_iter=max_iter,
+                    tol=tol, signed=signed, n_jobs=n_jobs, verbose=verbose)
 
 
 def restart_heads(best, XT, y, shape, gate, activation, bounds, draw, *, n_per_head, max_rounds,
@@ -293,25 +303,18 @@ def restart_heads(best, XT, y, shape, gate, activation, bounds, draw, *, n_per_h
     ``rounds`` counts the rounds that improved, ``passes`` the kernel passes in units of
     passes over the full data. The objective of the result is never above ``best``'s.
     """
-    n = XT.shape[1]
-    passes = 0.0
-    rounds = 0
     heads = _head_indices(shape)
-    for _ in range(max_rounds):
+
+    def candidates(theta):
         cands = []
         for idx in heads:
             for _ in range(n_per_head):
-                t = best.theta.copy()
+                t = theta.copy()
                 t[idx] = draw()[idx]
                 cands.append(t)
-        results, _, rp = race(cands, XT, y, shape, gate, activation, bounds, n_keep=n_keep,
-                              race_iter=race_iter, max_iter=max_iter, tol=tol, signed=signed,
-                              n_jobs=n_jobs, verbose=verbose, fit_intercept=fit_intercept,
-                              alpha=alpha)
-        passes += rp + sum(r.n_passes for r in results)
-        cand = min(results, key=lambda r: r.objective)
-        if not cand.objective < best.objective - max(best.objective, 0.0) / max(n, 1):
-            break
-        best = cand
-        rounds += 1
-    return best, passes, rounds
+        return cands
+
+    return _improve(best, candidates, XT, y, shape, gate, activation, bounds,
+                    max_rounds=max_rounds, n_keep=n_keep, race_iter=race_iter,
+                    max_iter=max_iter, tol=tol, signed=signed, n_jobs=n_jobs, verbose=verbose,
+                    fit_intercept=fit_intercept, alpha=alpha)
