@@ -149,3 +149,24 @@ def test_lm_fit_does_not_depend_on_the_thread_count():
         numba.set_num_threads(old)
     np.testing.assert_array_equal(one.theta_, two.theta_)
     assert one.objective_ == two.objective_
+
+
+@pytest.mark.parametrize("gate,n_heads,expected", [
+    ("none", 1, 16 * 2),      # ungated MHA: 16 per start and head
+    ("none", 2, 16 * 2 * 2),
+    ("value", 1, 32 * 2),     # gated: 32 per start
+])
+def test_auto_candidates_are_the_documented_counts(gate, n_heads, expected):
+    # n_candidates="auto" must be the same fit as the documented count given explicitly
+    # (the same random stream), and not the same as the other rule's count
+    X, y = make_hmoe_regression(300, n_features=2, gate=gate, noise=0.05, random_state=3)
+    kw = dict(n_heads=n_heads, n_experts=2, gate=gate, n_starts=2, max_iter=30,
+              head_restarts=0, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = HMoERegressor(**kw).fit(X, y)
+        explicit = HMoERegressor(n_candidates=expected, **kw).fit(X, y)
+        other = HMoERegressor(n_candidates=expected + 8, **kw).fit(X, y)
+    np.testing.assert_array_equal(auto.theta_, explicit.theta_)
+    assert auto.n_kernel_passes_ == explicit.n_kernel_passes_
+    assert auto.n_kernel_passes_ != other.n_kernel_passes_

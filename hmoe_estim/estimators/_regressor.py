@@ -53,8 +53,14 @@ def _check_flag(value, name):
 
 #: Local solvers: name -> label in messages.
 SOLVERS = {"lm": "Levenberg-Marquardt", "lbfgs": "L-BFGS-B"}
-#: ``n_candidates="auto"`` races this many candidates per start kept.
+#: ``n_candidates="auto"`` races this many candidates per start kept ...
 AUTO_CANDIDATES = 32
+#: ... and, for the ungated MHA (``gate="none"``, ``f`` depends on ``(ω, a)`` only through
+#: ``b = Σ_k ω_k a_k``: the basins are those of the gate matrices), this many per start and
+#: head. Measured on ``benchmarks/bench_solver.py``'s MHA truths: with one head 64
+#: candidates left no certified failure (as 128 did) at about half the time of a fit at
+#: ``n = 10⁴``; with two heads 64 left one, so two heads keep 128.
+AUTO_CANDIDATES_MHA = 16
 #: ``head_restarts="auto"``: candidates per head and round of the head restarts with several
 #: heads (none with one head); at most ``HEAD_RESTART_ROUNDS`` rounds.
 AUTO_HEAD_RESTARTS = 32
@@ -106,7 +112,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         intercept and the penalty when asked (``fit_intercept``, ``alpha``).
     n_candidates : int or "auto", default="auto"
         ``solver="lm"`` only: random starts raced for ``race_iter`` iterations before the
-        best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``). Must be
+        best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``; for the ungated
+        MHA, ``gate="none"``, ``16 · n_starts`` per head). Must be
         ``>= n_starts``; ``n_candidates = n_starts`` switches racing off. With several heads,
         raising it helps: on the solver benchmark's two-head truths the defaults end above the
         truth's objective in 6.0% of fits (one head: 0.4%); 512 candidates fixed 9 of 13
@@ -301,10 +308,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             return AUTO_HEAD_RESTARTS
         return int(self.head_restarts)
 
-    def _n_candidates(self):
+    def _n_candidates(self, H):
         if self.solver != "lm":
             return self.n_starts
         if isinstance(self.n_candidates, str):
+            if self.gate == "none":
+                return AUTO_CANDIDATES_MHA * self.n_starts * H
             return AUTO_CANDIDATES * self.n_starts
         return int(self.n_candidates)
 
@@ -403,7 +412,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         x_rms = float(np.sqrt(np.mean(X**2)))
         y_scale = float(np.std(y)) if np.std(y) > 0 else float(np.mean(np.abs(y))) + 1e-3
         solver = self.solver
-        n_cand = self._n_candidates()
+        n_cand = self._n_candidates(H)
         starts = [
             np.clip(np.concatenate([pack(m), tail]) * v, lower, upper)
             for m in init_measures[:n_cand]
