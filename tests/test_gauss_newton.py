@@ -126,7 +126,7 @@ def test_estimator_solver_switch_and_agreement():
     (dict(solver="newton"), "Unknown solver 'newton'.*'lm'.*'lbfgs'"),
     (dict(n_candidates=2), "n_candidates=2 is smaller than n_starts=4"),
     (dict(n_candidates="many"), "n_candidates must be 'auto' or an integer"),
-    (dict(race_iter=0), "race_iter must be an integer >= 1"),
+    (dict(race_iter=0), "race_iter must be 'auto' or an integer >= 1"),
 ])
 def test_estimator_validates_search_parameters(params, match):
     X, y = make_hmoe_regression(50, random_state=0)

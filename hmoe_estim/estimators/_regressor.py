@@ -61,6 +61,13 @@ AUTO_CANDIDATES = 32
 #: candidates left no certified failure (as 128 did) at about half the time of a fit at
 #: ``n = 10⁴``; with two heads 64 left one, so two heads keep 128.
 AUTO_CANDIDATES_MHA = 16
+#: ``race_iter="auto"``: iterations of the race (half for every candidate, half for the best
+#: quarter) ...
+AUTO_RACE_ITER = 10
+#: ... and for a gated model (value, SDPA) with several heads, whose candidates sort slowly;
+#: the race then runs on 1024 samples instead of 4096 (``solvers/_search.py``,
+#: ``RACE_SAMPLES_HEADS``), so that it costs no more at ``n >= 4096``.
+AUTO_RACE_ITER_HEADS = 30
 #: ``head_restarts="auto"``: candidates per head and round of the head restarts with several
 #: heads (none with one head); at most ``HEAD_RESTART_ROUNDS`` rounds.
 AUTO_HEAD_RESTARTS = 32
@@ -118,9 +125,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         raising it helps: on the solver benchmark's two-head truths the defaults end above the
         truth's objective in 6.0% of fits (one head: 0.4%); 512 candidates fixed 9 of 13
         such fits at 4× the time (documentation: the solver page).
-    race_iter : int, default=10
+    race_iter : int or "auto", default="auto"
         ``solver="lm"`` only: iterations of the race — the first half for every candidate,
-        the second for the best quarter of them (successive halving).
+        the second for the best quarter of them (successive halving). ``"auto"``: 10, and 30
+        for the value and SDPA gates with several heads (their race then runs on 1024
+        samples instead of 4096: no more work at ``n >= 4096``, three times the race's work
+        below 1024 samples).
     head_restarts : int or "auto", default="auto"
         ``solver="lm"`` only: after the race, restart one whole head of the best fit at a
         time (its weights, gate matrices and experts redrawn at random, the other heads
@@ -221,7 +231,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         tol=1e-9,
         solver="lm",
         n_candidates="auto",
-        race_iter=10,
+        race_iter="auto",
         head_restarts="auto",
         param_bound=10.0,
         omega_max=10.0,
@@ -275,7 +285,13 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 f"Unknown solver {self.solver!r}. Use one of {list(SOLVERS)}: 'lm' (bounded "
                 "Levenberg-Marquardt with racing starts) or 'lbfgs' (L-BFGS-B)."
             )
-        check_count(self.race_iter, "race_iter", 1)
+        if not (isinstance(self.race_iter, str) and self.race_iter == "auto"):
+            try:
+                check_count(self.race_iter, "race_iter", 1)
+            except ValueError:
+                raise ValueError(
+                    f"race_iter must be 'auto' or an integer >= 1; got {self.race_iter!r}."
+                ) from None
         if not (isinstance(self.n_candidates, str) and self.n_candidates == "auto"):
             try:
                 m = check_count(self.n_candidates, "n_candidates", 1)
@@ -307,6 +323,16 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         if isinstance(self.head_restarts, str):
             return AUTO_HEAD_RESTARTS
         return int(self.head_restarts)
+
+    def _race_iter(self, H):
+        """Iterations of the race: ``"auto"`` is ``AUTO_RACE_ITER``, or
+        ``AUTO_RACE_ITER_HEADS`` for a gated model (``"value"``, ``"sdpa"``) with several
+        heads."""
+        if isinstance(self.race_iter, str):
+            if H > 1 and self.gate in ("value", "sdpa"):
+                return AUTO_RACE_ITER_HEADS
+            return AUTO_RACE_ITER
+        return int(self.race_iter)
 
     def _n_candidates(self, H):
         if self.solver != "lm":
@@ -436,7 +462,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         y = np.require(y, dtype=np.float64, requirements=["C", "W"])
         if solver == "lm":
             search = dict(
-                race_iter=self.race_iter, max_iter=self.max_iter, tol=self.tol,
+                race_iter=self._race_iter(H), max_iter=self.max_iter, tol=self.tol,
                 signed=has_sign_symmetry(self.gate, self.activation), n_jobs=self.n_jobs,
                 verbose=self.verbose, fit_intercept=fit_intercept, alpha=alpha,
             )
@@ -580,7 +606,7 @@ class _PresetRegressor(HMoERegressor):
         tol=1e-9,
         solver="lm",
         n_candidates="auto",
-        race_iter=10,
+        race_iter="auto",
         head_restarts="auto",
         param_bound=10.0,
         omega_max=10.0,
