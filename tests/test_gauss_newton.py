@@ -170,3 +170,47 @@ def test_auto_candidates_are_the_documented_counts(gate, n_heads, expected):
     np.testing.assert_array_equal(auto.theta_, explicit.theta_)
     assert auto.n_kernel_passes_ == explicit.n_kernel_passes_
     assert auto.n_kernel_passes_ != other.n_kernel_passes_
+
+
+@pytest.mark.parametrize("gate,n_heads,expected", [
+    ("value", 2, 30),   # gated, several heads: the long race
+    ("sdpa", 2, 30),
+    ("value", 1, 10),   # one head
+    ("none", 2, 10),    # linear gate
+])
+def test_auto_race_iter_is_the_documented_count(gate, n_heads, expected):
+    X, y = make_hmoe_regression(200, n_features=2, n_heads=n_heads, gate=gate, noise=0.05,
+                                random_state=4)
+    kw = dict(n_heads=n_heads, n_experts=1, gate=gate, n_starts=2, n_candidates=12,
+              max_iter=40, head_restarts=0, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = HMoERegressor(**kw).fit(X, y)
+        explicit = HMoERegressor(race_iter=expected, **kw).fit(X, y)
+        other = HMoERegressor(race_iter=expected + 6, **kw).fit(X, y)
+    np.testing.assert_array_equal(auto.theta_, explicit.theta_)
+    assert auto.n_kernel_passes_ == explicit.n_kernel_passes_
+    assert auto.n_kernel_passes_ != other.n_kernel_passes_
+
+
+def test_race_subsample_for_several_gated_heads():
+    # the race of a gated model with several heads runs on RACE_SAMPLES_HEADS samples: the
+    # race's passes (in full-data units) scale with that subsample, not with RACE_SAMPLES
+    from hmoe_estim.model import make_bounds, random_start
+    from hmoe_estim.model import pack
+    from hmoe_estim.solvers import _search
+
+    shape = (2, 2, 1, 2)
+    X, y = make_hmoe_regression(3000, n_features=2, n_heads=2, n_experts=1, gate="value",
+                                noise=0.05, random_state=5)
+    XT = np.require(X.T, requirements=["C", "W"])
+    bounds = make_bounds(shape, omega_max=10.0, param_bound=10.0)
+    rng = np.random.RandomState(0)
+    starts = [np.clip(pack(random_start(shape, rng)), *bounds) for _ in range(8)]
+    _, _, passes = _search.race(starts, XT, y, shape, "value", "sigmoid", bounds, n_keep=2,
+                                race_iter=2, max_iter=5, tol=1e-9, signed=False)
+    # the passes are whole passes over RACE_SAMPLES_HEADS of the 3000 samples
+    k = passes * 3000 / _search.RACE_SAMPLES_HEADS
+    assert k > 0 and abs(k - round(k)) < 1e-9
+    assert abs(passes - round(passes)) > 1e-6
+    assert _search.RACE_SAMPLES_HEADS < 3000 < _search.RACE_SAMPLES
