@@ -9,9 +9,10 @@ oracle (nothing about the truth), only the data and ordinary random starts:
   convergence on all the data, the others are abandoned. The race runs on at most
   ``RACE_SAMPLES`` evenly spaced samples (``RACE_SAMPLES_LINEAR`` for the linear gates).
   A start's objective after a few Gauss–Newton steps already sorts most hopeless basins out.
-  The estimator's defaults (128 candidates for 4 starts, 10 iterations) are measured in
-  ``benchmarks/bench_solver.py``: on its full design (one and two heads, 900 fits) 28
-  certified failures, 26 of them with two heads (see the user guide's solver page).
+  The estimator's defaults (128 candidates for 4 starts, 64 for one-head MHA; 10
+  iterations, 30 on ``RACE_SAMPLES_HEADS`` samples for gated models with several heads) are
+  measured in ``benchmarks/bench_solver.py``: on its full design (one and two heads, 900
+  fits) 13 certified failures, 11 of them with two heads (see the user guide's solver page).
 - **Signed weights** where the model has the symmetry ``(ω, a) ≡ (−ω, −a)``: for the linear
   gates (``"none"``, ``"output"``: ``f`` depends on ``ω a`` only) and for an odd activation
   (``tanh``) with the value or SDPA gate (``ω φ(−a·x) = −ω φ(a·x)``), the search runs over
@@ -25,7 +26,7 @@ oracle (nothing about the truth), only the data and ordinary random starts:
   two-head fit with one head right and the other in a wrong basin of its gate is repaired
   without redrawing the right head, which a fresh start would. On the two-head truths of
   ``benchmarks/bench_solver.py``, with the two-round race, the certified failures fell from
-  57 to 26 of 432 fits (13% to 6.0%).
+  57 to 26 of 432 fits (13% to 6.0%; 11 with the longer race of several gated heads).
 - **Perturb-and-refit** (:func:`hop`, not a default): redraw or negate one channel of the
   incumbent at a time and race the candidates. Measured on 12 fits of hard tanh truths, it
   improved none; more raced candidates fixed them (see the user guide's solver page).
