@@ -49,6 +49,7 @@ import math
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial as partial_call
 
 import numpy as np
 from numba import njit
@@ -214,16 +215,19 @@ class _Passes:
     :func:`~hmoe_estim.kernels.jacobian.gauss_newton_sums` returns, followed by whether
     ``JᵀJ``, ``Jᵀr`` and ``Σ r²`` are all finite; ``values(theta)`` returns what
     :func:`~hmoe_estim.kernels.objective.predict` returns, in a buffer that the next call
-    overwrites. Both run the compiled pass of those functions with the same chunks, added in
-    the same order — the same bits — but skip their per-call set-up (entry point, layout,
-    buffers, thread count, array checks): on the race's subsamples of a linear gate (1024
-    samples) that set-up cost a quarter of the kernel time. The thread count is read here
-    once: the caller keeps it fixed while the starts run.
+    overwrites. Both run the compiled pass of those functions with the same arguments and
+    chunks, added in the same order — the same bits — but skip their per-call set-up (entry
+    point, layout, buffers, thread count, array checks), which on the race's subsamples of a
+    linear gate (1024 samples) cost a quarter of the kernel time. The thread count is read
+    here once: the caller keeps it fixed while the starts run. ``theta`` must be a
+    C-contiguous float64 array that is not modified afterwards: the mixed values
+    ``b = Σ_k ω_k a_k`` of the linear gates are kept from one call to the next with the same
+    ``theta`` object (a trial point's forward pass, then its sums once accepted).
     """
 
     def __init__(self, XT, y, shape, g_code, a_code):
         from ..kernels.jacobian import _entry, _jchunks, _symmetric_index
-        from ..kernels.objective import _chunks, kernel_threads
+        from ..kernels.objective import GATE_NONE, GATE_OUTPUT, _chunks, kernel_threads
 
         H, N, K, D = (int(v) for v in shape)
         XT = np.ascontiguousarray(XT, dtype=np.float64)
@@ -232,46 +236,61 @@ class _Passes:
         P = H * K + H * (N - 1) * (D * (D + 1) // 2) + H * N * K * D  # model/_parameters.py
         ntri = P * (P + 1) // 2
         width = ntri + 2 * P + 2  # per chunk: [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
-        self._partial = np.zeros((_jchunks(n, width)[1], width))
-        self._no_sums = np.zeros((_chunks(n)[1], 0))
-        self._values = np.empty(n)
-        self._sym = _symmetric_index(P)
-        self._ntri, self._P = ntri, P
-        self._y = yc
+        partial = np.zeros((_jchunks(n, width)[1], width))
+        no_sums = np.zeros((_chunks(n)[1], 0))  # a forward pass: the chunks only split the work
+        out = np.empty(n)
+        sym = _symmetric_index(P)
+        zeros = np.zeros(ntri + P + 1)
+        empty = np.zeros(0)
         self.n, self.shape = n, (H, N, K, D)
         self.penalty_weights = None
-        # rounding level of Σ r²: residuals of a few ulp of the targets (see the module
-        # docstring)
+        # rounding level of Σ r²: residuals of a few ulp of the targets (module docstring)
         nm = n if n > 0 else 1
         self.floor = nm * (1e-13 * (float(np.sqrt(np.mean(y ** 2))) if n > 0 else 0.0)) ** 2
         nthreads = kernel_threads(n)
         entry = _entry(nthreads > 1, g_code, a_code)
-        empty = np.zeros(0)
-
         if nthreads <= 1:
-            def run(theta, yy, offset, partial, out, sums):
-                entry(0, 1, theta, XT, yy, offset, mixed_values(theta, H, N, K, D, g_code),
-                      H, N, K, g_code, a_code, partial, out, sums)
+            run = partial_call(entry, 0, 1)
         else:
-            def run(theta, yy, offset, partial, out, sums):
-                entry(theta, XT, yy, offset, mixed_values(theta, H, N, K, D, g_code),
-                      H, N, K, g_code, a_code, partial, out, sums, nthreads)
+            def run(*args):
+                return entry(*args, nthreads)
+        linear = g_code == GATE_NONE or g_code == GATE_OUTPUT
+        last = [None, empty]  # the theta of the last call and its mixed values
 
-        self._run, self._empty = run, empty
+        def mixed(theta):
+            if not linear:
+                return empty  # what mixed_values returns for the other gates
+            if theta is not last[0]:
+                last[0], last[1] = theta, mixed_values(theta, H, N, K, D, g_code)
+            return last[1]
 
-    def sums(self, theta, offset):
-        partial = self._partial
-        partial.fill(0.0)
-        self._run(theta, self._y, float(offset), partial, self._empty, True)
-        total = chunk_total(partial)
-        ntri, P = self._ntri, self._P
-        finite = bool(np.isfinite(total[:ntri + P + 1]).all())  # JᵀJ, Jᵀr, Σr²
-        return (total[self._sym], total[ntri:ntri + P], float(total[ntri + P]),
-                total[ntri + P + 1:ntri + 2 * P + 1], float(total[ntri + 2 * P + 1]), finite)
+        def values(theta):
+            run(theta, XT, empty, 0.0, mixed(theta), H, N, K, g_code, a_code, no_sums, out,
+                False)
+            return out
 
-    def values(self, theta):
-        self._run(theta, self._empty, 0.0, self._no_sums, self._values, False)
-        return self._values
+        def sums(theta, offset):
+            partial.fill(0.0)
+            run(theta, XT, yc, float(offset), mixed(theta), H, N, K, g_code, a_code, partial,
+                empty, True)
+            total = chunk_total(partial)
+            # JᵀJ, Jᵀr and Σr² all finite iff Σ_p total_p · 0 is: a finite entry gives ±0,
+            # an infinite or NaN one NaN (one dot product instead of isfinite(...).all())
+            finite = math.isfinite(total[:ntri + P + 1].dot(zeros))
+            return (total[sym], total[ntri:ntri + P], float(total[ntri + P]),
+                    total[ntri + P + 1:ntri + 2 * P + 1], float(total[ntri + 2 * P + 1]), finite)
+
+        self.values, self.sums = values, sums
+        self._workspace = {}
+
+    def workspace(self, P):
+        """Scratch arrays of :func:`_free_set` and :func:`_damped_step` for ``P`` parameters."""
+        ws = self._workspace.get(P)
+        if ws is None:
+            ws = self._workspace[P] = (
+                np.empty(P, dtype=np.bool_), np.empty(P), np.empty(P, dtype=np.int64),
+                np.empty((P, P)), np.empty(P), np.empty(P), np.empty(P))
+        return ws
 
 
 #: True once the compiled helpers are known to be compiled (no collector pause needed).
@@ -334,9 +353,9 @@ def _levenberg_marquardt(passes, theta0, y, lower, upper, *, max_iter=200, tol=1
     if fit_offset:
         lower = np.append(lower, -np.inf)
         upper = np.append(upper, np.inf)
-        theta = np.clip(np.append(np.asarray(theta0, float), float(offset)), lower, upper)
-    else:
-        theta = np.clip(np.asarray(theta0, dtype=np.float64), lower, upper)
+        theta = np.append(np.asarray(theta0, float), float(offset)).clip(lower, upper)
+    else:  # ndarray.clip: np.clip without its dispatch layer
+        theta = np.asarray(theta0, dtype=np.float64).clip(lower, upper)
     P = theta.size
     nm = n if n > 0 else 1
     floor = passes.floor  # rounding level of Σ r²
@@ -380,10 +399,9 @@ def _levenberg_marquardt(passes, theta0, y, lower, upper, *, max_iter=200, tol=1
             damping=float(mu), offset=float(off),
         )
 
-    # workspace of the compiled helpers (free set, damping scale, the Cholesky step)
-    free, dscale = np.empty(P, dtype=np.bool_), np.empty(P)
-    idx, L, w = np.empty(P, dtype=np.int64), np.empty((P, P)), np.empty(P)
-    s_gn, s = np.empty(P), np.empty(P)
+    # workspace of the compiled helpers (free set, damping scale, the Cholesky step): written
+    # before it is read, so shared by the starts of a batch
+    free, dscale, idx, L, w, s_gn, s = passes.workspace(P)
     if not _HELPERS_READY:
         _HELPERS_READY = bool(_damped_step.signatures)
     first = nullcontext() if _HELPERS_READY else collector_paused()
