@@ -43,16 +43,26 @@ residual there, so here, on sums, the minimised function is
 the residuals ``√(n·alpha·w_p) theta_p``, so it enters the Gauss–Newton model exactly:
 ``A ← A + n·alpha·diag(w)``, ``g ← g + n·alpha·w ⊙ theta``. Everything above (decrement, stall
 rule, ``σ̂² = S / n``) then reads ``S`` for ``Σ r²``.
+
+Cost. The race runs most iterations on 1024–4096 samples, where a kernel call takes tens of
+microseconds and the Python around it as much: the starts of a batch share one set-up of the
+kernel calls (:class:`_Passes`: entry point, buffers, thread count, set once), the BLAS
+thread limit is set once per batch, and an iteration makes only the NumPy calls the step
+needs. Results are the same bits as with the kernels' wrappers
+(``tests/test_gauss_newton_passes.py``).
 """
 
+import math
+import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial as partial_call
 
 import numpy as np
 from numba import njit
 
 from .._names import ACTIVATION_CODES, GATE_CODES
-from ..kernels.objective import penalty_weights
+from ..kernels.objective import chunk_total, mixed_values, penalty_weights
 from ..kernels.target import collector_paused
 from ._multistart import StartResult
 
@@ -97,19 +107,28 @@ class LMResult(StartResult):
 
 
 class _single_thread_blas:
-    """Limit the BLAS to one thread, once per batch of starts (the limit costs ~5 ms).
+    """Limit the BLAS to one thread, once per batch of starts.
 
     The P × P factorisations are tiny; a multi-threaded BLAS would only spin threads that
-    steal the cores of the Numba kernels. Nested uses are free.
+    steal the cores of the Numba kernels. Nested uses are free. The thread-pool controller
+    (a scan of the loaded libraries: ~3 ms, as much as the race of a small fit's
+    iterations save elsewhere) is made once and made again only when modules were imported
+    since, which may have loaded another BLAS.
     """
 
     _depth = 0
+    _controller = None
+    _n_modules = -1
 
     def __enter__(self):
         if _single_thread_blas._depth == 0:
-            from threadpoolctl import threadpool_limits
+            cls = _single_thread_blas
+            if cls._controller is None or cls._n_modules != len(sys.modules):
+                from threadpoolctl import ThreadpoolController
 
-            self._ctx = threadpool_limits(limits=1, user_api="blas")
+                cls._controller = ThreadpoolController()
+                cls._n_modules = len(sys.modules)
+            self._ctx = cls._controller.limit(limits=1, user_api="blas")
         else:
             self._ctx = None
         _single_thread_blas._depth += 1
@@ -196,6 +215,95 @@ def _free_set(A, g, theta, lower, upper, free, dscale):
     return n_free
 
 
+class _Passes:
+    """The two kernel passes of the iterations, set up once for the starts on one data set.
+
+    ``sums(theta, offset)`` returns what
+    :func:`~hmoe_estim.kernels.jacobian.gauss_newton_sums` returns, followed by whether
+    ``JᵀJ``, ``Jᵀr`` and ``Σ r²`` are all finite; ``values(theta)`` returns what
+    :func:`~hmoe_estim.kernels.objective.predict` returns, in a buffer that the next call
+    overwrites. Both run the compiled pass of those functions with the same arguments and
+    chunks, added in the same order — the same bits — but skip their per-call set-up (entry
+    point, layout, buffers, thread count, array checks), which on the race's subsamples of a
+    linear gate (1024 samples) cost a quarter of the kernel time. The thread count is read
+    here once: the caller keeps it fixed while the starts run. ``theta`` must be a
+    C-contiguous float64 array that is not modified afterwards: the mixed values
+    ``b = Σ_k ω_k a_k`` of the linear gates are kept from one call to the next with the same
+    ``theta`` object (a trial point's forward pass, then its sums once accepted).
+    """
+
+    def __init__(self, XT, y, shape, g_code, a_code):
+        from ..kernels.jacobian import _entry, _jchunks, _symmetric_index
+        from ..kernels.objective import GATE_NONE, GATE_OUTPUT, _chunks, kernel_threads
+
+        H, N, K, D = (int(v) for v in shape)
+        XT = np.ascontiguousarray(XT, dtype=np.float64)
+        yc = np.ascontiguousarray(y, dtype=np.float64)
+        n = XT.shape[1]
+        P = H * K + H * (N - 1) * (D * (D + 1) // 2) + H * N * K * D  # model/_parameters.py
+        ntri = P * (P + 1) // 2
+        width = ntri + 2 * P + 2  # per chunk: [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
+        partial = np.zeros((_jchunks(n, width)[1], width))
+        no_sums = np.zeros((_chunks(n)[1], 0))  # a forward pass: the chunks only split the work
+        out = np.empty(n)
+        sym = _symmetric_index(P)
+        zeros = np.zeros(ntri + P + 1)
+        empty = np.zeros(0)
+        self.n, self.shape = n, (H, N, K, D)
+        self.penalty_weights = None
+        # rounding level of Σ r²: residuals of a few ulp of the targets (module docstring)
+        nm = n if n > 0 else 1
+        self.floor = nm * (1e-13 * (float(np.sqrt(np.mean(y ** 2))) if n > 0 else 0.0)) ** 2
+        nthreads = kernel_threads(n)
+        entry = _entry(nthreads > 1, g_code, a_code)
+        if nthreads <= 1:
+            run = partial_call(entry, 0, 1)
+        else:
+            def run(*args):
+                return entry(*args, nthreads)
+        linear = g_code == GATE_NONE or g_code == GATE_OUTPUT
+        last = [None, empty]  # the theta of the last call and its mixed values
+
+        def mixed(theta):
+            if not linear:
+                return empty  # what mixed_values returns for the other gates
+            if theta is not last[0]:
+                last[0], last[1] = theta, mixed_values(theta, H, N, K, D, g_code)
+            return last[1]
+
+        def values(theta):
+            run(theta, XT, empty, 0.0, mixed(theta), H, N, K, g_code, a_code, no_sums, out,
+                False)
+            return out
+
+        def sums(theta, offset):
+            partial.fill(0.0)
+            run(theta, XT, yc, float(offset), mixed(theta), H, N, K, g_code, a_code, partial,
+                empty, True)
+            total = chunk_total(partial)
+            # JᵀJ, Jᵀr and Σr² all finite iff Σ_p total_p · 0 is: a finite entry gives ±0,
+            # an infinite or NaN one NaN (one dot product instead of isfinite(...).all())
+            finite = math.isfinite(total[:ntri + P + 1].dot(zeros))
+            return (total[sym], total[ntri:ntri + P], float(total[ntri + P]),
+                    total[ntri + P + 1:ntri + 2 * P + 1], float(total[ntri + 2 * P + 1]), finite)
+
+        self.values, self.sums = values, sums
+        self._workspace = {}
+
+    def workspace(self, P):
+        """Scratch arrays of :func:`_free_set` and :func:`_damped_step` for ``P`` parameters."""
+        ws = self._workspace.get(P)
+        if ws is None:
+            ws = self._workspace[P] = (
+                np.empty(P, dtype=np.bool_), np.empty(P), np.empty(P, dtype=np.int64),
+                np.empty((P, P)), np.empty(P), np.empty(P), np.empty(P))
+        return ws
+
+
+#: True once the compiled helpers are known to be compiled (no collector pause needed).
+_HELPERS_READY = False
+
+
 def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *, max_iter=200,
                         tol=1e-9, stat_tol=STAT_TOL, mu0=_MU0, offset=0.0, fit_offset=False,
                         alpha=0.0, n_jac=0, n_fev=0, n_iter=0):
@@ -235,36 +343,46 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
         ``objective`` is the mean squared residual ``Σ r² / n``, plus the penalty when
         ``alpha > 0`` — the value of ``objective_and_gradient`` at the result.
     """
-    from ..kernels.jacobian import gauss_newton_sums
-    from ..kernels.objective import predict
+    passes = _Passes(XT, y, shape, GATE_CODES[gate], ACTIVATION_CODES[activation])
+    return _levenberg_marquardt(
+        passes, theta0, y, lower, upper, max_iter=max_iter, tol=tol, stat_tol=stat_tol,
+        mu0=mu0, offset=offset, fit_offset=fit_offset, alpha=alpha, n_jac=n_jac, n_fev=n_fev,
+        n_iter=n_iter)
 
-    H, N, K, D = shape
-    g_code, a_code = GATE_CODES[gate], ACTIVATION_CODES[activation]
-    n = XT.shape[1]
+
+def _levenberg_marquardt(passes, theta0, y, lower, upper, *, max_iter=200, tol=1e-9,
+                         stat_tol=STAT_TOL, mu0=_MU0, offset=0.0, fit_offset=False, alpha=0.0,
+                         n_jac=0, n_fev=0, n_iter=0):
+    """:func:`levenberg_marquardt` on the data of ``passes`` (a :class:`_Passes`)."""
+    global _HELPERS_READY
+
+    n = passes.n
     if fit_offset:
         lower = np.append(lower, -np.inf)
         upper = np.append(upper, np.inf)
-        theta = np.clip(np.append(np.asarray(theta0, float), float(offset)), lower, upper)
-    else:
-        theta = np.clip(np.asarray(theta0, dtype=np.float64), lower, upper)
+        theta = np.append(np.asarray(theta0, float), float(offset)).clip(lower, upper)
+    else:  # ndarray.clip: np.clip without its dispatch layer
+        theta = np.asarray(theta0, dtype=np.float64).clip(lower, upper)
     P = theta.size
     nm = n if n > 0 else 1
-    # rounding level of Σ r²: residuals of a few ulp of the targets
-    floor = nm * (1e-13 * (float(np.sqrt(np.mean(y ** 2))) if n > 0 else 0.0)) ** 2
+    floor = passes.floor  # rounding level of Σ r²
 
     # the ridge penalty on sums: S = Σ r² + Σ_p pen_p theta_p², pen = n·alpha·w
     penalised = float(alpha) > 0.0
     if penalised:
-        pen = float(alpha) * nm * penalty_weights(shape)
+        if passes.penalty_weights is None:
+            passes.penalty_weights = penalty_weights(passes.shape)
+        pen = float(alpha) * nm * passes.penalty_weights
         if fit_offset:
             pen = np.append(pen, 0.0)
+    recheck = fit_offset or penalised  # A and g are more than the kernel's sums
 
     def split(t):
         return (t[:-1], t[-1]) if fit_offset else (t, offset)
 
     def sums(t):
         th, off = split(t)
-        A, g, ssr, colsum, rsum = gauss_newton_sums(th, XT, y, H, N, K, D, g_code, a_code, off)
+        A, g, ssr, colsum, rsum, finite = passes.sums(th, off)
         if fit_offset:  # append the intercept's column of ones to J
             A2 = np.empty((P, P))
             A2[:-1, :-1] = A
@@ -275,29 +393,32 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
         if penalised:  # residuals √pen_p theta_p: exact in the Gauss–Newton model
             A = A + np.diag(pen)
             g = g + pen * t
-            ssr = ssr + float(pen @ (t * t))
-        return A, g, ssr
+            ssr = ssr + float(pen.dot(t * t))
+        if recheck:
+            finite = bool(np.isfinite(ssr) and np.isfinite(A).all() and np.isfinite(g).all())
+        return A, g, ssr, finite
 
     def result(t, ssr, it, converged, message, mu):
         th, off = split(t)
         return LMResult(
-            theta=th.copy(), objective=float(ssr / nm) if np.isfinite(ssr) else np.inf,
+            theta=th.copy(), objective=float(ssr / nm) if math.isfinite(ssr) else np.inf,
             n_iter=it, converged=converged, message=message, n_jac=n_jac, n_fev=n_fev,
             damping=float(mu), offset=float(off),
         )
 
-    # workspace of the compiled helpers (free set, damping scale, the Cholesky step)
-    free, dscale = np.empty(P, dtype=np.bool_), np.empty(P)
-    idx, L, w = np.empty(P, dtype=np.int64), np.empty((P, P)), np.empty(P)
-    s_gn, s = np.empty(P), np.empty(P)
-    first = collector_paused() if not _damped_step.signatures else nullcontext()
+    # workspace of the compiled helpers (free set, damping scale, the Cholesky step): written
+    # before it is read, so shared by the starts of a batch
+    free, dscale, idx, L, w, s_gn, s = passes.workspace(P)
+    if not _HELPERS_READY:
+        _HELPERS_READY = bool(_damped_step.signatures)
+    first = nullcontext() if _HELPERS_READY else collector_paused()
     with _single_thread_blas(), first:  # the first call compiles the helpers
-        A, g, ssr = sums(theta)
+        A, g, ssr, finite = sums(theta)
         n_jac += 1
-        if not np.isfinite(ssr):
+        if not math.isfinite(ssr):
             return result(theta, np.inf, n_iter, False,
                           "the objective is not finite at the start", mu0)
-        if not (np.all(np.isfinite(A)) and np.all(np.isfinite(g))):
+        if not finite:
             return result(theta, ssr, n_iter, False,
                           "the Jacobian is not finite at the start", mu0)
         mu, nu = float(mu0), 2.0
@@ -317,7 +438,7 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
             while not ok and eps < 1.0:
                 eps *= 100.0
                 ok = _damped_step(A, g, free, dscale, eps, idx, L, w, s_gn)
-            decrement = float(-g @ s_gn) if ok else np.inf
+            decrement = float(-g.dot(s_gn)) if ok else np.inf
             if decrement <= max(tol * ssr, stat_tol * ssr / nm):
                 return result(theta, ssr, n_iter + it, True,
                               "the Gauss-Newton decrement is below tolerance", mu)
@@ -340,8 +461,9 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
                     continue
                 cand = np.minimum(np.maximum(theta + s, lower), upper)  # on the box
                 d = cand - theta
-                pred = -(g @ d + 0.5 * d @ (A @ d))  # decrease of ½Σr² the model predicts
-                if not np.isfinite(pred) or pred <= 0.0:
+                # decrease of ½Σr² the model predicts (ndarray.dot: the BLAS calls of `@`)
+                pred = -(g.dot(d) + 0.5 * d.dot(A.dot(d)))
+                if not math.isfinite(pred) or pred <= 0.0:
                     mu *= nu
                     nu *= 2.0
                     continue
@@ -349,16 +471,16 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
                 # forward pass: the prediction kernel (compiled anyway for data and predict();
                 # a dedicated sum-of-squares kernel cost 5.7 s more compilation in a fresh
                 # installation) and NumPy's pairwise sum: the same for any thread count
-                res = predict(th, XT, H, N, K, D, g_code, a_code)
+                res = passes.values(th)
                 if fit_offset or off != 0.0:
                     res += off - y
                 else:  # the same numbers as res + (0 − y)
                     np.subtract(res, y, out=res)
                 new_ssr = float(np.add.reduce(np.square(res, out=res)))
                 if penalised:
-                    new_ssr += float(pen @ (cand * cand))
+                    new_ssr += float(pen.dot(cand * cand))
                 n_fev += 1
-                rho = 0.5 * (ssr - new_ssr) / pred if np.isfinite(new_ssr) else -1.0
+                rho = 0.5 * (ssr - new_ssr) / pred if math.isfinite(new_ssr) else -1.0
                 if rho > _ACCEPT:
                     theta = cand
                     mu *= max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
@@ -373,35 +495,39 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
                 msg = ("no decrease measurable in floating point" if ok else
                        "the damping grew past 1e16 without a decrease")
                 return result(theta, ssr, n_iter + it, ok, msg, _MU0)
-            A_new, g_new, ssr_new = sums(theta)
+            A_new, g_new, ssr_new, finite = sums(theta)
             n_jac += 1
-            if not (np.isfinite(ssr_new) and np.isfinite(A_new).all()
-                    and np.isfinite(g_new).all()):
+            if not (math.isfinite(ssr_new) and finite):
                 return result(theta, new_ssr, n_iter + it, False,
                               "the Jacobian is not finite at the accepted point", mu)
             A, g, ssr = A_new, g_new, ssr_new
 
 
-def _run_one(theta0, XT, y, shape, gate, activation, lower, upper, kwargs, n_threads):
-    import numba
-
+def _run_one(theta0, passes, y, lower, upper, kwargs):
     kwargs = dict(kwargs)
     if kwargs.pop("fit_intercept", False):  # theta0 and the box end with the intercept c
         kwargs.update(fit_offset=True, offset=float(theta0[-1]))
         theta0, lower, upper = theta0[:-1], lower[:-1], upper[:-1]
+    res = _levenberg_marquardt(passes, theta0, y, lower, upper, **kwargs)
+    if kwargs.get("fit_offset", False):
+        res.theta = np.append(res.theta, res.offset)
+    return res
+
+
+def _run_batch(starts, per_start, XT, y, shape, gate, activation, lower, upper, n_threads):
+    """:func:`_run_one` for each start, with the Numba thread count set once for the batch."""
+    import numba
+
     previous = numba.get_num_threads()
     threads = previous if n_threads is None else n_threads
     if XT.shape[1] < LM_SERIAL_BELOW:
         threads = 1
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     try:
-        res = levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper,
-                                  **kwargs)
+        passes = _Passes(XT, y, shape, GATE_CODES[gate], ACTIVATION_CODES[activation])
+        return [_run_one(t, passes, y, lower, upper, kw) for t, kw in zip(starts, per_start)]
     finally:
         numba.set_num_threads(previous)
-    if kwargs.get("fit_offset", False):
-        res.theta = np.append(res.theta, res.offset)
-    return res
 
 
 def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None, verbose=0,
@@ -433,10 +559,11 @@ def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None
     jobs = min(effective_n_jobs(n_jobs), len(starts))
     if jobs <= 1:
         with _single_thread_blas():
-            return [_run_one(t, XT, y, shape, gate, activation, lower, upper, kw, None)
-                    for t, kw in zip(starts, per_start)]
+            return _run_batch(starts, per_start, XT, y, shape, gate, activation, lower, upper,
+                              None)
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    return Parallel(n_jobs=jobs, verbose=max(0, verbose - 1))(
-        delayed(_run_one)(t, XT, y, shape, gate, activation, lower, upper, kw, threads)
+    batches = Parallel(n_jobs=jobs, verbose=max(0, verbose - 1))(
+        delayed(_run_batch)([t], [kw], XT, y, shape, gate, activation, lower, upper, threads)
         for t, kw in zip(starts, per_start)
     )
+    return [r for batch in batches for r in batch]
