@@ -6,25 +6,29 @@ holds a process-wide lock). Numba compiles each callee on its own before its cal
 it does, first looks in its on-disk cache (``cache=True``). So when the pass of a gate and an
 activation is about to compile and its cache entry is missing, :func:`compile_ahead` starts one
 helper process (``python`` running :func:`main`) that compiles, in its own interpreter, the
-blocks the pass reaches last — the softmax normalisation, the head sum, the Gauss–Newton
-accumulation and the Jacobian block of that gate — and the two Levenberg–Marquardt helpers a
-fit compiles next. Each is written to the same cache the main process reads (the same
-installation, the same ``NUMBA_CACHE_DIR``, or the same per-user directory when the package's
-own directory is read-only); when the main process reaches one that is already there, it loads
-it instead of compiling it. The main process never waits for the helper: whatever the helper
-has not finished in time the main process compiles itself, as it would without it. The
-machine code is the same either way (a cached block is linked into its callers from the
-optimised LLVM module stored with it), so results are bit-identical.
+blocks the pass reaches after the row combination — the softmax normalisation, the
+activation, the head sum, the Jacobian block of that gate and the Gauss–Newton accumulation —
+and the two Levenberg–Marquardt helpers a fit compiles next (:func:`_items`). Each is written
+to the same cache the main process reads (the same installation, the same
+``NUMBA_CACHE_DIR``, or the same per-user directory when the package's own directory is
+read-only); when the main process reaches one that is already there, it loads it instead of
+compiling it. The main process never waits for the helper: whatever the helper has not
+finished in time the main process compiles itself, as it would without it. The machine code
+is the same either way (a cached block is linked into its callers from the optimised LLVM
+module stored with it), so results are bit-identical.
 
 Safety:
 
-- Only functions with one signature per gate (the helper's list, :func:`_items`) are compiled
-  in the helper, the same signatures the main process compiles: two processes writing the
-  same cache entry write the same thing. Numba numbers the data files of a function by the
-  count of its cached signatures, so two processes adding *different* signatures of one
-  function at the same moment could mix them; the helper is therefore stopped before the main
-  process compiles the pass of another gate or activation, or the n × P Jacobian (the only
-  other callers of the Jacobian block).
+- The helper compiles the signatures the main process compiles for that pass (checked by
+  ``tests/test_background_compile.py``): two processes writing the same cache entry write the
+  same thing. Numba numbers the data files of a function by the count of its cached
+  signatures, so two processes adding *different* signatures of one function at the same
+  moment could mix them up. The activation and the Jacobian block have other signatures
+  elsewhere (the objective kernel, the n × P Jacobian); the helper compiles them first and
+  then writes a mark on its pipe. When the main process has compiled the pass, it stops a
+  helper that has not written the mark yet (:func:`settle`); it also stops the helper before
+  it compiles the pass of another gate or activation, or the n × P Jacobian. What the helper
+  compiles after the mark has one signature in the package.
 - The helper is started only when the cache has no entry for the pass (a warm start starts
   nothing), never with ``NUMBA_DISABLE_JIT``, never when ``sys.executable`` is not a file, and
   not at all with ``HMOE_ESTIM_BACKGROUND_COMPILE=0`` in the environment. It inherits the
@@ -33,7 +37,7 @@ Safety:
   needs). It leaves when its list is done, when its parent is gone (checked between
   compilations), and is terminated at the parent's exit (``atexit``); one helper at a time.
   Cache files are written by Numba through a temporary file and a rename, so a helper stopped
-  half-way leaves no partial entry.
+  half-way leaves no partial file.
 
 Timings (cold first fit, fresh installation, 2 cores): the documentation's performance page,
 "Start-up".
@@ -64,14 +68,18 @@ def _items(gate, act):
 
     from . import gate as gate_module
     from . import jacobian, rows
+    from .activations import activation_rows
 
     i8, f8 = types.int64, types.float64
     a1, a2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
     yield gate_module.gate_softmax, (i8, i8, a2, a2, a2, i8)
+    if gate != jacobian.GATE_NONE:  # MHA has no activation
+        yield activation_rows, (types.literal(int(act)), a2, i8, a2, i8, a2, i8, i8)
     yield rows.gated_sum, (a2, a2, i8, i8, a1, i8)
-    yield jacobian._accumulate_block, (a2, a1, i8, i8, a1)
     yield (jacobian._jacobian_block,
            (i8, a1, i8, i8, i8, types.literal(int(gate))) + (a2,) * 14 + (a1, a2))
+    yield None, None  # the functions above have other signatures elsewhere; those below not
+    yield jacobian._accumulate_block, (a2, a1, i8, i8, a1)
     from ..solvers import _gauss_newton  # scipy, joblib: imported once the kernels are done
 
     b1, n1 = types.Array(types.boolean, 1, "C"), types.Array(i8, 1, "C")
@@ -120,8 +128,8 @@ def compile_ahead(dispatcher, sig, gate, act):
         proc = subprocess.Popen(
             [sys.executable, "-c", code, package_root, str(key[0]), str(key[1]),
              str(os.getpid())],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            close_fds=True,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            close_fds=True, bufsize=0,
         )
     except Exception:  # no helper: the main process compiles everything, as before
         return
@@ -132,6 +140,25 @@ def compile_ahead(dispatcher, sig, gate, act):
             _state["atexit"] = True
 
 
+def settle():
+    """After the main process compiled the pass the helper works for: stop the helper unless it
+    has passed the functions that have other signatures elsewhere (its mark on the pipe), so
+    that the main process never compiles another signature of one of them at the same time.
+    """
+    with _lock:
+        proc = _state["proc"]
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        import select
+
+        if select.select([proc.stdout], [], [], 0)[0] and proc.stdout.read(1) == b".":
+            return
+    except Exception:  # no select on pipes (Windows): stop
+        pass
+    stop()
+
+
 def stop():
     """Terminate the helper if it is running, and reap it (at most about a second)."""
     with _lock:
@@ -139,6 +166,7 @@ def stop():
     if proc is None:
         return
     try:
+        proc.stdout.close()
         if proc.poll() is None:
             proc.terminate()
             try:
@@ -159,6 +187,9 @@ def main(argv):
         for dispatcher, sig in _items(gate, act):
             if os.getppid() != parent:
                 return 0
+            if dispatcher is None:  # tell the parent (settle) that the rest is safe
+                os.write(sys.stdout.fileno(), b".")
+                continue
             dispatcher.compile(sig)
     except Exception:
         return 1

@@ -312,6 +312,7 @@ def _entry(parallel, gate, act):
             background.compile_ahead(dispatcher, sig, gate, act)  # cold: a helper process
             with collector_paused():  # a cold compile: see target.collector_paused
                 entry = dispatcher.compile(sig)
+            background.settle()
         _ENTRIES[key] = entry
     return entry
 
