@@ -111,3 +111,10 @@ def test_helper_fills_a_cold_cache_with_what_the_first_fit_loads(tmp_path):
 
 def test_helper_fails_quietly():
     assert background.main(["not", "a", "number"]) == 1
+
+
+def test_a_forked_child_does_not_own_the_helper(monkeypatch):
+    monkeypatch.setitem(background._state, "proc", object())
+    monkeypatch.setitem(background._state, "owner", os.getpid() + 1)
+    assert background._helper() is None
+    background.settle()  # nothing of its own to settle or stop

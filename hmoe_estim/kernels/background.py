@@ -54,7 +54,13 @@ import threading
 ENV_SWITCH = "HMOE_ESTIM_BACKGROUND_COMPILE"
 
 _lock = threading.Lock()
-_state = {"proc": None, "key": None, "atexit": False}
+_state = {"proc": None, "key": None, "atexit": False, "owner": None}
+
+
+def _helper():
+    """The running helper of this process (a forked child does not own its parent's)."""
+    proc = _state["proc"]
+    return proc if proc is not None and _state["owner"] == os.getpid() else None
 
 
 def _items(gate, act):
@@ -115,7 +121,7 @@ def compile_ahead(dispatcher, sig, gate, act):
     that pass is not in the cache. Stops a helper working for another gate or activation."""
     key = (int(gate), int(act))
     with _lock:
-        proc = _state["proc"]
+        proc = _helper()
         if proc is not None and proc.poll() is None and _state["key"] == key:
             return
     stop()
@@ -134,7 +140,7 @@ def compile_ahead(dispatcher, sig, gate, act):
     except Exception:  # no helper: the main process compiles everything, as before
         return
     with _lock:
-        _state["proc"], _state["key"] = proc, key
+        _state["proc"], _state["key"], _state["owner"] = proc, key, os.getpid()
         if not _state["atexit"]:
             atexit.register(stop)
             _state["atexit"] = True
@@ -146,7 +152,7 @@ def settle():
     that the main process never compiles another signature of one of them at the same time.
     """
     with _lock:
-        proc = _state["proc"]
+        proc = _helper()
     if proc is None or proc.poll() is not None:
         return
     try:
@@ -162,7 +168,7 @@ def settle():
 def stop():
     """Terminate the helper if it is running, and reap it (at most about a second)."""
     with _lock:
-        proc, _state["proc"], _state["key"] = _state["proc"], None, None
+        proc, _state["proc"], _state["key"] = _helper(), None, None
     if proc is None:
         return
     try:
