@@ -92,7 +92,7 @@ def test_helper_fills_a_cold_cache_with_what_the_first_fit_loads(tmp_path):
     env[background.ENV_SWITCH] = "0"
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
             "from hmoe_estim.kernels.background import main; "
-            "import os; sys.exit(main([sys.argv[2], '0', str(os.getppid())]))")
+            "import os; sys.exit(main([sys.argv[2], '0', str(os.getppid())], check_idle=False))")
     res = subprocess.run([sys.executable, "-c", code, ROOT, "1"], env=env, timeout=600)
     assert res.returncode == 0
     names = {f for _, _, files in os.walk(tmp_path) for f in files if f.endswith(".nbi")}
@@ -110,7 +110,12 @@ def test_helper_fills_a_cold_cache_with_what_the_first_fit_loads(tmp_path):
 
 
 def test_helper_fails_quietly():
-    assert background.main(["not", "a", "number"]) == 1
+    assert background.main(["not", "a", "number"], check_idle=False) == 1
+
+
+def test_idle_cores_is_a_number_of_cores_or_none():
+    idle = background._idle_cores(0.01)
+    assert idle is None or 0.0 <= idle <= (os.cpu_count() or 1) + 1e-9
 
 
 def test_a_forked_child_does_not_own_the_helper(monkeypatch):

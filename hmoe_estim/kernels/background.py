@@ -33,7 +33,11 @@ Safety:
   nothing), never with ``NUMBA_DISABLE_JIT``, never when ``sys.executable`` is not a file, and
   not at all with ``HMOE_ESTIM_BACKGROUND_COMPILE=0`` in the environment. It inherits the
   environment (``NUMBA_*`` included) and imports the same copy of the package.
-- Its output is discarded; if it fails, nothing changes (the main process compiles what it
+- It only uses an idle core: it runs at a lower priority (``nice`` 10), and leaves at once
+  when the machine had less than half a core idle over its first 0.2 s (Linux
+  ``/proc/stat``; the main process, compiling, takes one core), so that on a busy machine
+  it does not compete with the main process. Its output is discarded;
+  if it fails, nothing changes (the main process compiles what it
   needs). It leaves when its list is done, when its parent is gone (checked between
   compilations), and is terminated at the parent's exit (``atexit``); one helper at a time.
   Cache files are written by Numba through a temporary file and a rename, so a helper stopped
@@ -184,10 +188,37 @@ def stop():
         pass
 
 
-def main(argv):
+def _idle_cores(seconds=0.2):
+    """Idle cores of the machine over ``seconds`` (Linux ``/proc/stat``); None elsewhere."""
+    import time
+
+    def sample():
+        with open("/proc/stat") as fh:
+            fields = [float(v) for v in fh.readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, all (in ticks)
+
+    try:
+        idle0, all0 = sample()
+        time.sleep(seconds)
+        idle1, all1 = sample()
+        ncpu = os.cpu_count() or 1
+        return ncpu * (idle1 - idle0) / max(all1 - all0, 1.0)
+    except Exception:
+        return None
+
+
+def main(argv, check_idle=True):
     """The helper: compile :func:`_items` of ``gate``, ``act`` (``argv``: gate, act, parent
-    pid) into the cache; stop early when the parent process is gone."""
+    pid) into the cache; stop early when the parent process is gone, and at once when no
+    core is idle (unless not ``check_idle``)."""
     gc.disable()  # a short-lived process: the collector's passes only cost time
+    try:
+        os.nice(10)  # an idle core is all it should use: never slow the main process down
+    except Exception:  # pragma: no cover - not on POSIX
+        pass
+    idle = _idle_cores() if check_idle else None
+    if idle is not None and idle < 0.5:  # no idle core: it would only take the main's time
+        return 0
     try:
         gate, act, parent = (int(a) for a in argv)
         for dispatcher, sig in _items(gate, act):
