@@ -83,8 +83,9 @@ def _items(gate, act):
     i8, f8 = types.int64, types.float64
     a1, a2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
     yield gate_module.gate_softmax, (i8, i8, a2, a2, a2, i8)
-    if gate != jacobian.GATE_NONE:  # MHA has no activation
-        yield activation_rows, (types.literal(int(act)), a2, i8, a2, i8, a2, i8, i8)
+    # (the pass compiles the activation for every gate, MHA's too: the output gate's branch
+    # at the end of the forward block is not pruned)
+    yield activation_rows, (types.literal(int(act)), a2, i8, a2, i8, a2, i8, i8)
     yield rows.gated_sum, (a2, a2, i8, i8, a1, i8)
     yield (jacobian._jacobian_block,
            (i8, a1, i8, i8, i8, types.literal(int(gate))) + (a2,) * 14 + (a1, a2))
