@@ -48,6 +48,7 @@ import numba
 import numpy as np
 from numba import njit, prange, types
 
+from . import background
 from .objective import (
     _PARALLEL,
     BLOCK,
@@ -304,11 +305,14 @@ def _entry(parallel, gate, act):
             a1, a2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
             args = (a1, a2, a1, f8, a1, i8, i8, i8, types.literal(int(gate)),
                     types.literal(int(act)), a2, a1, types.boolean)
+            if parallel:
+                dispatcher, sig = _pass, args + (i8,)
+            else:
+                dispatcher, sig = _pass_worker, (i8, i8) + args
+            background.compile_ahead(dispatcher, sig, gate, act)  # cold: a helper process
             with collector_paused():  # a cold compile: see target.collector_paused
-                if parallel:
-                    entry = _pass.compile(args + (i8,))
-                else:
-                    entry = _pass_worker.compile((i8, i8) + args)
+                entry = dispatcher.compile(sig)
+            background.settle()
         _ENTRIES[key] = entry
     return entry
 
@@ -421,5 +425,6 @@ def jacobian_matrix(theta, XT, H, N, K, D, gate, act):
     For references and tests only: the solvers use :func:`gauss_newton_sums`, which never
     stores it.
     """
+    background.stop()  # another signature of the Jacobian block (see background.py)
     return _jacobian_matrix(theta, XT, mixed_values(theta, H, N, K, D, gate), H, N, K, D, gate,
                             act)
