@@ -162,14 +162,7 @@ def test_auto_candidates_are_the_documented_counts(gate, n_heads, expected):
     X, y = make_hmoe_regression(300, n_features=2, gate=gate, noise=0.05, random_state=3)
     kw = dict(n_heads=n_heads, n_experts=2, gate=gate, n_starts=2, max_iter=30,
               head_restarts=0, random_state=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        auto = HMoERegressor(**kw).fit(X, y)
-        explicit = HMoERegressor(n_candidates=expected, **kw).fit(X, y)
-        other = HMoERegressor(n_candidates=expected + 8, **kw).fit(X, y)
-    np.testing.assert_array_equal(auto.theta_, explicit.theta_)
-    assert auto.n_kernel_passes_ == explicit.n_kernel_passes_
-    assert auto.n_kernel_passes_ != other.n_kernel_passes_
+    _assert_auto_is(X, y, kw, "n_candidates", expected, expected + 8)
 
 
 @pytest.mark.parametrize("gate,n_heads,expected", [
@@ -183,21 +176,26 @@ def test_auto_race_iter_is_the_documented_count(gate, n_heads, expected):
                                 random_state=4)
     kw = dict(n_heads=n_heads, n_experts=1, gate=gate, n_starts=2, n_candidates=12,
               max_iter=40, head_restarts=0, random_state=0)
+    _assert_auto_is(X, y, kw, "race_iter", expected, expected + 6)
+
+
+def _assert_auto_is(X, y, kw, name, expected, other):
+    """``name="auto"`` (the default) fits exactly as ``name=expected`` given explicitly (the
+    same random stream), and not as ``name=other``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         auto = HMoERegressor(**kw).fit(X, y)
-        explicit = HMoERegressor(race_iter=expected, **kw).fit(X, y)
-        other = HMoERegressor(race_iter=expected + 6, **kw).fit(X, y)
+        explicit = HMoERegressor(**{name: expected}, **kw).fit(X, y)
+        different = HMoERegressor(**{name: other}, **kw).fit(X, y)
     np.testing.assert_array_equal(auto.theta_, explicit.theta_)
     assert auto.n_kernel_passes_ == explicit.n_kernel_passes_
-    assert auto.n_kernel_passes_ != other.n_kernel_passes_
+    assert auto.n_kernel_passes_ != different.n_kernel_passes_
 
 
 def test_race_subsample_for_several_gated_heads():
     # the race of a gated model with several heads runs on RACE_SAMPLES_HEADS samples: the
     # race's passes (in full-data units) scale with that subsample, not with RACE_SAMPLES
-    from hmoe_estim.model import make_bounds, random_start
-    from hmoe_estim.model import pack
+    from hmoe_estim.model import make_bounds, pack, random_start
     from hmoe_estim.solvers import _search
 
     shape = (2, 2, 1, 2)

@@ -51,6 +51,19 @@ def _check_flag(value, name):
         raise ValueError(f"{name} must be True or False; got {value!r}.")
     return bool(value)
 
+def _check_auto_count(value, name, minimum, least=None):
+    """``None`` for ``"auto"``, else the integer ``value >= minimum``; a ``ValueError`` naming
+    both choices otherwise (``least`` words the lower bound in the message)."""
+    if isinstance(value, str) and value == "auto":
+        return None
+    try:
+        return check_count(value, name, minimum)
+    except ValueError:
+        raise ValueError(
+            f"{name} must be 'auto' or an integer >= {least or minimum}; got {value!r}."
+        ) from None
+
+
 #: Local solvers: name -> label in messages.
 SOLVERS = {"lm": "Levenberg-Marquardt", "lbfgs": "L-BFGS-B"}
 #: ``n_candidates="auto"`` races this many candidates per start kept ...
@@ -285,34 +298,14 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 f"Unknown solver {self.solver!r}. Use one of {list(SOLVERS)}: 'lm' (bounded "
                 "Levenberg-Marquardt with racing starts) or 'lbfgs' (L-BFGS-B)."
             )
-        if not (isinstance(self.race_iter, str) and self.race_iter == "auto"):
-            try:
-                check_count(self.race_iter, "race_iter", 1)
-            except ValueError:
-                raise ValueError(
-                    f"race_iter must be 'auto' or an integer >= 1; got {self.race_iter!r}."
-                ) from None
-        if not (isinstance(self.n_candidates, str) and self.n_candidates == "auto"):
-            try:
-                m = check_count(self.n_candidates, "n_candidates", 1)
-            except ValueError:
-                raise ValueError(
-                    f"n_candidates must be 'auto' or an integer >= n_starts; got "
-                    f"{self.n_candidates!r}."
-                ) from None
-            if m < self.n_starts:
-                raise ValueError(
-                    f"n_candidates={m} is smaller than n_starts={self.n_starts}: the race keeps "
-                    "n_starts of the candidates. Raise n_candidates or lower n_starts."
-                )
-        if not (isinstance(self.head_restarts, str) and self.head_restarts == "auto"):
-            try:
-                check_count(self.head_restarts, "head_restarts", 0)
-            except ValueError:
-                raise ValueError(
-                    f"head_restarts must be 'auto' or an integer >= 0 (0: off); got "
-                    f"{self.head_restarts!r}."
-                ) from None
+        _check_auto_count(self.race_iter, "race_iter", 1)
+        m = _check_auto_count(self.n_candidates, "n_candidates", 1, "n_starts")
+        if m is not None and m < self.n_starts:
+            raise ValueError(
+                f"n_candidates={m} is smaller than n_starts={self.n_starts}: the race keeps "
+                "n_starts of the candidates. Raise n_candidates or lower n_starts."
+            )
+        _check_auto_count(self.head_restarts, "head_restarts", 0, "0 (0: off)")
         return H, N, K
 
     def _head_restarts(self, H):
