@@ -134,10 +134,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         ``solver="lm"`` only: random starts raced for ``race_iter`` iterations before the
         best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``; for the ungated
         MHA, ``gate="none"``, ``16 · n_starts`` per head). Must be
-        ``>= n_starts``; ``n_candidates = n_starts`` switches racing off. With several heads,
-        raising it helps: on the solver benchmark's two-head truths the defaults end above the
-        truth's objective in 6.0% of fits (one head: 0.4%); 512 candidates fixed 9 of 13
-        such fits at 4× the time (documentation: the solver page).
+        ``>= n_starts``; ``n_candidates = n_starts`` switches racing off. On the solver
+        benchmark's two-head truths the defaults end above the truth's objective in 2.5% of
+        fits (one head: 0.4%); with several heads, raising it can help (before the head
+        restarts, 512 candidates fixed 9 of 13 such fits at 4× the time; documentation: the
+        solver page).
     race_iter : int or "auto", default="auto"
         ``solver="lm"`` only: iterations of the race — the first half for every candidate,
         the second for the best quarter of them (successive halving). ``"auto"``: 10, and 30
@@ -151,7 +152,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         replaces the fit when it lowers the objective by more than ``1 · σ̂²/n``; up to 10
         rounds, stopping after a round without improvement. ``"auto"``: 32 with several
         heads, 0 (off) with one head. On the solver benchmark's two-head truths this
-        lowered the certified failures from 57 to 26 of 432 fits (documentation: the
+        lowered the certified failures from 57 to 26 of 432 fits (11 with the longer race of
+        ``race_iter="auto"``; documentation: the
         solver page).
     param_bound : float, default=10.0
         Every entry of ``M`` and ``a`` lies in ``[-param_bound, param_bound]`` (A.1).
