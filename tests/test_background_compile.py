@@ -49,18 +49,38 @@ def test_helper_starts_on_a_missing_entry_and_stops_cleanly():
     background.settle()
 
 
+def _stand_in_helper(code):
+    """A process standing in for the helper (``code`` decides whether it writes the mark)."""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, bufsize=0)
+    with background._lock:
+        background._state.update(proc=proc, key=(9, 9), owner=os.getpid())
+    return proc
+
+
 def test_settle_keeps_a_helper_past_its_mark_and_stops_one_before_it():
-    background.compile_ahead(_pass_worker, (types.int8,), 1, 0)
-    proc = background._state["proc"]
-    background.settle()  # just started: before its mark (stopped) or, rarely, past it
-    assert background._state["proc"] in (None, proc)
-    background.stop()
+    import select
+
+    # before its mark (it never writes one): settle stops and reaps it
+    proc = _stand_in_helper("import time; time.sleep(60)")
+    background.settle()
+    assert background._state["proc"] is None
     assert proc.returncode is not None
+    # past its mark: settle keeps it running
+    proc = _stand_in_helper("import os, time; os.write(1, b'.'); time.sleep(60)")
+    assert select.select([proc.stdout], [], [], 60)[0]  # the mark is on the pipe
+    background.settle()
+    assert background._state["proc"] is proc and proc.poll() is None
+    background.stop()
+    assert proc.returncode is not None and background._state["proc"] is None
+    # a real helper that has finished its list (warm cache): settle leaves it, stop reaps it
     background.compile_ahead(_pass_worker, (types.int8,), 1, 0)
     proc = background._state["proc"]
-    assert proc.wait(timeout=300) == 0  # warm cache: it loads its list and leaves
-    background.settle()  # finished: nothing to do
+    assert proc.wait(timeout=300) == 0
+    background.settle()
+    assert background._state["proc"] is proc
     background.stop()
+    assert background._state["proc"] is None
 
 
 _FIRST_FIT = """

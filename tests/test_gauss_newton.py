@@ -192,9 +192,23 @@ def _assert_auto_is(X, y, kw, name, expected, other):
     assert auto.n_kernel_passes_ != different.n_kernel_passes_
 
 
-def test_race_subsample_for_several_gated_heads():
-    # the race of a gated model with several heads runs on RACE_SAMPLES_HEADS samples: the
-    # race's passes (in full-data units) scale with that subsample, not with RACE_SAMPLES
+def test_race_schedule():
+    from hmoe_estim.solvers import _search
+
+    long = (_search.RACE_ITER_HEADS, _search.RACE_SAMPLES_HEADS)
+    assert long == (30, 1024)
+    assert _search.race_schedule("value", 2) == long
+    assert _search.race_schedule("sdpa", 3) == long
+    for gate, heads in [("value", 1), ("sdpa", 1), ("none", 2), ("output", 2)]:
+        assert _search.race_schedule(gate, heads) == (10, None)
+    with pytest.raises(ValueError, match="gate"):
+        _search.race_schedule("bogus", 2)
+
+
+@pytest.mark.parametrize("race_samples", [None, 1024])
+def test_race_runs_on_race_samples(race_samples):
+    # the race's passes, in full-data units, are whole passes over its subsample: 1024 of
+    # the 3000 samples when asked, all of them by default (RACE_SAMPLES > 3000)
     from hmoe_estim.model import make_bounds, pack, random_start
     from hmoe_estim.solvers import _search
 
@@ -206,9 +220,37 @@ def test_race_subsample_for_several_gated_heads():
     rng = np.random.RandomState(0)
     starts = [np.clip(pack(random_start(shape, rng)), *bounds) for _ in range(8)]
     _, _, passes = _search.race(starts, XT, y, shape, "value", "sigmoid", bounds, n_keep=2,
-                                race_iter=2, max_iter=5, tol=1e-9, signed=False)
-    # the passes are whole passes over RACE_SAMPLES_HEADS of the 3000 samples
-    k = passes * 3000 / _search.RACE_SAMPLES_HEADS
+                                race_iter=2, max_iter=5, tol=1e-9, signed=False,
+                                race_samples=race_samples)
+    m = 3000 if race_samples is None else race_samples
+    assert _search.RACE_SAMPLES > 3000
+    k = passes * 3000 / m
     assert k > 0 and abs(k - round(k)) < 1e-9
-    assert abs(passes - round(passes)) > 1e-6
-    assert _search.RACE_SAMPLES_HEADS < 3000 < _search.RACE_SAMPLES
+    assert (abs(passes - round(passes)) > 1e-6) == (m < 3000)
+
+
+@pytest.mark.parametrize("race_iter,expected", [("auto", (30, 1024)), (10, (10, None))])
+def test_estimator_races_on_its_schedule(monkeypatch, race_iter, expected):
+    # the race and the head restarts both get the schedule: "auto" the long race of several
+    # gated heads, an explicit count its iterations on the default subsample
+    import hmoe_estim.estimators._regressor as reg
+
+    seen = []
+
+    def recording(fn):
+        def wrapper(*args, **kw):
+            seen.append((fn.__name__, kw["race_iter"], kw["race_samples"]))
+            return fn(*args, **kw)
+        return wrapper
+
+    monkeypatch.setattr(reg, "race", recording(reg.race))
+    monkeypatch.setattr(reg, "restart_heads", recording(reg.restart_heads))
+    X, y = make_hmoe_regression(200, n_features=2, n_heads=2, n_experts=1, gate="value",
+                                noise=0.05, random_state=6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2, n_candidates=8,
+                      head_restarts=2, max_iter=20, race_iter=race_iter,
+                      random_state=0).fit(X, y)
+    assert [name for name, _, _ in seen] == ["race", "restart_heads"]
+    assert all((it, m) == expected for _, it, m in seen)

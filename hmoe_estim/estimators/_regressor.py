@@ -38,7 +38,13 @@ from ..model._parameters import make_bounds, n_params, pack, unpack
 from ..model._regression import evaluate
 from ..model._starts import check_init_measure, random_start_theta
 from ..solvers._multistart import run_starts
-from ..solvers._search import count_agreeing, has_sign_symmetry, race, restart_heads
+from ..solvers._search import (
+    count_agreeing,
+    has_sign_symmetry,
+    race,
+    race_schedule,
+    restart_heads,
+)
 from . import _guards
 from ._warnings import PoorFitWarning, diagnose_fit
 
@@ -50,6 +56,7 @@ def _check_flag(value, name):
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be True or False; got {value!r}.")
     return bool(value)
+
 
 def _check_auto_count(value, name, minimum, least=None):
     """``None`` for ``"auto"``, else the integer ``value >= minimum``; a ``ValueError`` naming
@@ -74,13 +81,6 @@ AUTO_CANDIDATES = 32
 #: candidates left no certified failure (as 128 did) at about half the time of a fit at
 #: ``n = 10⁴``; with two heads 64 left one, so two heads keep 128.
 AUTO_CANDIDATES_MHA = 16
-#: ``race_iter="auto"``: iterations of the race (half for every candidate, half for the best
-#: quarter) ...
-AUTO_RACE_ITER = 10
-#: ... and for a gated model (value, SDPA) with several heads, whose candidates sort slowly;
-#: the race then runs on 1024 samples instead of 4096 (``solvers/_search.py``,
-#: ``RACE_SAMPLES_HEADS``), so that it costs no more at ``n >= 4096``.
-AUTO_RACE_ITER_HEADS = 30
 #: ``head_restarts="auto"``: candidates per head and round of the head restarts with several
 #: heads (none with one head); at most ``HEAD_RESTART_ROUNDS`` rounds.
 AUTO_HEAD_RESTARTS = 32
@@ -144,7 +144,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         the second for the best quarter of them (successive halving). ``"auto"``: 10, and 30
         for the value and SDPA gates with several heads (their race then runs on 1024
         samples instead of 4096: no more work at ``n >= 4096``, three times the race's work
-        below 1024 samples).
+        below 1024 samples). An integer: that many iterations on the default subsample
+        (4096 samples; 1024 for the linear gates).
     head_restarts : int or "auto", default="auto"
         ``solver="lm"`` only: after the race, restart one whole head of the best fit at a
         time (its weights, gate matrices and experts redrawn at random, the other heads
@@ -319,15 +320,13 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             return AUTO_HEAD_RESTARTS
         return int(self.head_restarts)
 
-    def _race_iter(self, H):
-        """Iterations of the race: ``"auto"`` is ``AUTO_RACE_ITER``, or
-        ``AUTO_RACE_ITER_HEADS`` for a gated model (``"value"``, ``"sdpa"``) with several
-        heads."""
+    def _race_schedule(self, H):
+        """``(race_iter, race_samples)`` of the race: ``"auto"`` is ``race_schedule`` of
+        ``solvers/_search.py`` (10 iterations; 30 on a smaller subsample for the value and SDPA
+        gates with several heads), an integer the iterations on the default subsample."""
         if isinstance(self.race_iter, str):
-            if H > 1 and self.gate in ("value", "sdpa"):
-                return AUTO_RACE_ITER_HEADS
-            return AUTO_RACE_ITER
-        return int(self.race_iter)
+            return race_schedule(self.gate, H)
+        return int(self.race_iter), None
 
     def _n_candidates(self, H):
         if self.solver != "lm":
@@ -456,9 +455,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         XT = np.require(X.T, requirements=["C", "W"])
         y = np.require(y, dtype=np.float64, requirements=["C", "W"])
         if solver == "lm":
+            race_iter, race_samples = self._race_schedule(H)
             search = dict(
-                race_iter=self._race_iter(H), max_iter=self.max_iter, tol=self.tol,
-                signed=has_sign_symmetry(self.gate, self.activation), n_jobs=self.n_jobs,
+                race_iter=race_iter, race_samples=race_samples, max_iter=self.max_iter,
+                tol=self.tol, signed=has_sign_symmetry(self.gate, self.activation),
+                n_jobs=self.n_jobs,
                 verbose=self.verbose, fit_intercept=fit_intercept, alpha=alpha,
             )
             results, _, abandoned = race(

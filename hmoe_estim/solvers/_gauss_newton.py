@@ -64,6 +64,7 @@ from numba import njit
 from .._names import ACTIVATION_CODES, GATE_CODES
 from ..kernels.objective import chunk_total, mixed_values, penalty_weights
 from ..kernels.target import collector_paused
+from ..model import n_params
 from ._multistart import StartResult
 
 __all__ = ["LMResult", "levenberg_marquardt", "run_lm_starts", "STAT_TOL"]
@@ -240,7 +241,7 @@ class _Passes:
         XT = np.ascontiguousarray(XT, dtype=np.float64)
         yc = np.ascontiguousarray(y, dtype=np.float64)
         n = XT.shape[1]
-        P = H * K + H * (N - 1) * (D * (D + 1) // 2) + H * N * K * D  # model/_parameters.py
+        P = n_params(H, N, K, D)
         ntri = P * (P + 1) // 2
         width = ntri + 2 * P + 2  # per chunk: [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
         partial = np.zeros((_jchunks(n, width)[1], width))
@@ -300,10 +301,6 @@ class _Passes:
         return ws
 
 
-#: True once the compiled helpers are known to be compiled (no collector pause needed).
-_HELPERS_READY = False
-
-
 def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *, max_iter=200,
                         tol=1e-9, stat_tol=STAT_TOL, mu0=_MU0, offset=0.0, fit_offset=False,
                         alpha=0.0, n_jac=0, n_fev=0, n_iter=0):
@@ -354,8 +351,6 @@ def _levenberg_marquardt(passes, theta0, y, lower, upper, *, max_iter=200, tol=1
                          stat_tol=STAT_TOL, mu0=_MU0, offset=0.0, fit_offset=False, alpha=0.0,
                          n_jac=0, n_fev=0, n_iter=0):
     """:func:`levenberg_marquardt` on the data of ``passes`` (a :class:`_Passes`)."""
-    global _HELPERS_READY
-
     n = passes.n
     if fit_offset:
         lower = np.append(lower, -np.inf)
@@ -409,9 +404,7 @@ def _levenberg_marquardt(passes, theta0, y, lower, upper, *, max_iter=200, tol=1
     # workspace of the compiled helpers (free set, damping scale, the Cholesky step): written
     # before it is read, so shared by the starts of a batch
     free, dscale, idx, L, w, s_gn, s = passes.workspace(P)
-    if not _HELPERS_READY:
-        _HELPERS_READY = bool(_damped_step.signatures)
-    first = nullcontext() if _HELPERS_READY else collector_paused()
+    first = collector_paused() if not _damped_step.signatures else nullcontext()
     with _single_thread_blas(), first:  # the first call compiles the helpers
         A, g, ssr, finite = sums(theta)
         n_jac += 1

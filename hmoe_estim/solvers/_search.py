@@ -10,7 +10,8 @@ oracle (nothing about the truth), only the data and ordinary random starts:
   ``RACE_SAMPLES`` evenly spaced samples (``RACE_SAMPLES_LINEAR`` for the linear gates).
   A start's objective after a few Gauss–Newton steps already sorts most hopeless basins out.
   The estimator's defaults (128 candidates for 4 starts, 64 for one-head MHA; 10
-  iterations, 30 on ``RACE_SAMPLES_HEADS`` samples for gated models with several heads) are
+  iterations, 30 on ``RACE_SAMPLES_HEADS`` samples for gated models with several heads:
+  :func:`race_schedule`) are
   measured in ``benchmarks/bench_solver.py``: on its full design (one and two heads, 900
   fits) 13 certified failures, 11 of them with two heads (see the user guide's solver page).
 - **Signed weights** where the model has the symmetry ``(ω, a) ≡ (−ω, −a)``: for the linear
@@ -40,7 +41,7 @@ import numpy as np
 from .._validation import check_activation, check_gate
 
 __all__ = ["has_sign_symmetry", "fold_signs", "signed_bounds", "count_agreeing", "race", "hop",
-           "restart_heads"]
+           "restart_heads", "race_schedule"]
 
 #: The race runs on at most this many (evenly spaced) samples: a few Gauss–Newton steps
 #: sort the basins as well on a subsample, at a fraction of the cost when ``n`` is large.
@@ -54,14 +55,21 @@ RACE_SAMPLES = 4096
 #: Gated candidates are far from converged after the race; 1024 samples there let 3 of 432
 #: fits of ``benchmarks/bench_solver.py`` fail the certificate (0 with 4096).
 RACE_SAMPLES_LINEAR = 1024
-#: ... and on at most this many for the gated models (``"value"``, ``"sdpa"``) with several
-#: heads, which the estimator races three times as long (``race_iter="auto"``: 30). Their
+#: ... and, in the race of ``race_schedule`` for the gated models (``"value"``, ``"sdpa"``)
+#: with several heads, on at most this many, for ``RACE_ITER_HEADS`` iterations. Their
 #: candidates sort slowly: on a two-head tanh truth 3 of 64 candidates reach the global
 #: optimum, and after 10 iterations they ranked 35th, 48th and 54th. On the 26 two-head
 #: fits of ``benchmarks/bench_solver.py`` that failed the certificate with the one-head race
 #: (10 iterations on 4096 samples), refitted with a new random stream, 30 iterations on 1024
 #: samples left 6 failures, the one-head race 17, in the same total time.
 RACE_SAMPLES_HEADS = 1024
+#: Iterations of the race (the estimator's ``race_iter="auto"``) ...
+RACE_ITER = 10
+#: ... and for the gated models with several heads (on ``RACE_SAMPLES_HEADS`` samples: no
+#: more work than ``RACE_ITER`` on ``RACE_SAMPLES`` at ``n >= 4096``, three times as much
+#: below 1024 samples). The same race for one head left 4 certified failures in the 416
+#: one-head value/SDPA fits of ``benchmarks/bench_solver.py``, against 2.
+RACE_ITER_HEADS = 30
 
 #: Successive halving in the race: every candidate runs ``race_iter // 2`` iterations, the
 #: best ``1 / RACE_FRACTION`` of them the other half; the ``n_keep`` best of those are kept.
@@ -80,6 +88,16 @@ def has_sign_symmetry(gate, activation):
     check_gate(gate)
     check_activation(activation)
     return gate in ("none", "output") or activation in ODD_ACTIVATIONS
+
+
+def race_schedule(gate, n_heads):
+    """``(race_iter, race_samples)`` of the estimator's ``race_iter="auto"``: ``RACE_ITER``
+    iterations on the default subsample of :func:`race`, or ``RACE_ITER_HEADS`` on
+    ``RACE_SAMPLES_HEADS`` samples for the value and SDPA gates with several heads."""
+    check_gate(gate)
+    if n_heads > 1 and gate in ("value", "sdpa"):
+        return RACE_ITER_HEADS, RACE_SAMPLES_HEADS
+    return RACE_ITER, None
 
 
 def signed_bounds(bounds, shape):
@@ -133,7 +151,7 @@ def count_agreeing(objectives, n_samples, agree_tol=1.0):
 
 
 def race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, max_iter, tol,
-         signed, n_jobs=None, verbose=0, fit_intercept=False, alpha=0.0):
+         signed, race_samples=None, n_jobs=None, verbose=0, fit_intercept=False, alpha=0.0):
     """Racing Levenberg–Marquardt from ``starts``; returns ``(results, kept, race_passes)``.
 
     With ``fit_intercept`` the starts, the bounds and the results' ``theta`` end with the
@@ -141,9 +159,9 @@ def race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, m
     ``kernels.objective.objective_and_gradient`` (the race's objectives, on the
     subsample, are that objective there too).
 
-    Every start runs ``race_iter // 2`` iterations on at most ``RACE_SAMPLES`` evenly spaced
-    samples (``RACE_SAMPLES_LINEAR`` for the gates ``"none"`` and ``"output"``,
-    ``RACE_SAMPLES_HEADS`` for the other gates with several heads), the best
+    Every start runs ``race_iter // 2`` iterations on at most ``race_samples`` evenly spaced
+    samples (``None``: ``RACE_SAMPLES``, ``RACE_SAMPLES_LINEAR`` for the gates ``"none"`` and
+    ``"output"``; :func:`race_schedule` gives both for the estimator's defaults), the best
     ``1 / RACE_FRACTION`` of them (when that leaves more than ``n_keep``) the rest of the
     ``race_iter``; the ``n_keep`` lowest objectives (ties by start order) are resumed on all
     the data, up to
@@ -160,11 +178,12 @@ def race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, m
     with _single_thread_blas():
         return _race(starts, XT, y, shape, gate, activation, bounds, n_keep=n_keep,
                      race_iter=race_iter, max_iter=max_iter, tol=tol, signed=signed,
-                     n_jobs=n_jobs, verbose=verbose, options=options)
+                     race_samples=race_samples, n_jobs=n_jobs, verbose=verbose,
+                     options=options)
 
 
 def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, max_iter, tol,
-          signed, n_jobs, verbose, options):
+          signed, race_samples, n_jobs, verbose, options):
     from ._gauss_newton import run_lm_starts
 
     if signed:
@@ -172,10 +191,9 @@ def _race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, 
     n_keep = min(n_keep, len(starts))
     if len(starts) > n_keep and race_iter > 0:
         n = XT.shape[1]
-        if gate in ("none", "output"):
-            m = RACE_SAMPLES_LINEAR
-        else:
-            m = RACE_SAMPLES if shape[0] == 1 else RACE_SAMPLES_HEADS
+        m = race_samples
+        if m is None:
+            m = RACE_SAMPLES_LINEAR if gate in ("none", "output") else RACE_SAMPLES
         if n > m:  # race on evenly spaced samples (sorted data stay covered)
             idx = np.linspace(0, n - 1, m).round().astype(np.int64)
             XT_r, y_r = np.ascontiguousarray(XT[:, idx]), np.ascontiguousarray(y[idx])
@@ -303,8 +321,8 @@ def hop(best, XT, y, shape, gate, activation, bounds, draw, *, n_rounds, race_it
 
 
 def restart_heads(best, XT, y, shape, gate, activation, bounds, draw, *, n_per_head, max_rounds,
-                  race_iter, max_iter, tol, signed, n_keep=2, n_jobs=None, verbose=0,
-                  fit_intercept=False, alpha=0.0):
+                  race_iter, max_iter, tol, signed, race_samples=None, n_keep=2, n_jobs=None,
+                  verbose=0, fit_intercept=False, alpha=0.0):
     """Restart one whole head of the incumbent at a time; returns ``(best, passes, rounds)``.
 
     Each round makes ``n_per_head`` candidates per head ``h``: the incumbent ``best`` (an
@@ -329,5 +347,5 @@ def restart_heads(best, XT, y, shape, gate, activation, bounds, draw, *, n_per_h
 
     return _improve(best, candidates, XT, y, shape, gate, activation, bounds,
                     max_rounds=max_rounds, n_keep=n_keep, race_iter=race_iter,
-                    max_iter=max_iter, tol=tol, signed=signed, n_jobs=n_jobs, verbose=verbose,
-                    fit_intercept=fit_intercept, alpha=alpha)
+                    max_iter=max_iter, tol=tol, signed=signed, race_samples=race_samples,
+                    n_jobs=n_jobs, verbose=verbose, fit_intercept=fit_intercept, alpha=alpha)
