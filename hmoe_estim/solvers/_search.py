@@ -161,7 +161,7 @@ def race(starts, XT, y, shape, gate, activation, bounds, *, n_keep, race_iter, m
 
     Every start runs ``race_iter // 2`` iterations on at most ``race_samples`` evenly spaced
     samples (``None``: ``RACE_SAMPLES``, ``RACE_SAMPLES_LINEAR`` for the gates ``"none"`` and
-    ``"output"``; :func:`race_schedule` gives both for the estimator's defaults), the best
+    ``"output"``; ``race_schedule`` gives both for the estimator's defaults), the best
     ``1 / RACE_FRACTION`` of them (when that leaves more than ``n_keep``) the rest of the
     ``race_iter``; the ``n_keep`` lowest objectives (ties by start order) are resumed on all
     the data, up to
