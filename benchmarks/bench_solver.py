@@ -198,6 +198,7 @@ def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed):
             "wall": wall, "passes": passes, "converged": bool(conv), "n_starts_agreeing": agree,
             "starts_not_above_truth": starts_below,
             "n_finished": None if m == "trf" else len(est.start_objectives_),
+            "search_rounds": None if m == "trf" else int(est.search_rounds_),
         }
     return out
 

@@ -249,8 +249,9 @@ def test_estimator_races_on_its_schedule(monkeypatch, race_iter, expected):
                                 noise=0.05, random_state=6)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2, n_candidates=8,
-                      head_restarts=2, max_iter=20, race_iter=race_iter,
-                      random_state=0).fit(X, y)
-    assert [name for name, _, _ in seen] == ["race", "restart_heads"]
+        est = HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2, n_candidates=8,
+                            head_restarts=2, max_iter=20, race_iter=race_iter,
+                            random_state=0).fit(X, y)
+    # (every round of the search races, then restarts heads)
+    assert [name for name, _, _ in seen] == ["race", "restart_heads"] * est.search_rounds_
     assert all((it, m) == expected for _, it, m in seen)
