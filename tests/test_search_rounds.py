@@ -50,14 +50,18 @@ def test_the_search_stops_once_the_optimum_is_found_twice(hard):
     # one start per round: the first round alone can never agree with itself
     single = _fit(X, y, n_starts=1, random_state=0, **kw)
     assert single.search_rounds_ >= 2
+    ran = []
     for seed in range(3):
         est = _fit(X, y, n_starts=2, random_state=seed, **kw)
+        ran.append(est.search_rounds_)
         if est.search_rounds_ < 5:  # stopped early: the best was reached twice
             assert est.n_starts_agreeing_ >= 2
         # ... and not before: every earlier round ended with the optimum found once
         for r in range(1, est.search_rounds_):
             obj = est.start_objectives_[: 2 * r]
             assert np.sum(obj <= obj.min() * (1 + 1 / len(y))) == 1
+    # both ends of the rule occur on these seeds: an early stop, and the cap
+    assert min(ran) < 5 and max(ran) == 5
 
 
 @pytest.mark.parametrize("gate,n_heads,activation,rounds", [
@@ -83,6 +87,10 @@ def test_auto_search_rounds_is_the_documented_count(gate, n_heads, activation, r
         assert auto.search_rounds_ == 1
     else:  # with one start per round the first round never stops the search
         assert auto.search_rounds_ >= 2
+    if auto.search_rounds_ == rounds and auto.n_starts_agreeing_ == 1:
+        # stopped by the cap, not by agreement: one more round would have run
+        more = _fit(X, y, search_rounds=rounds + 1, **kw)
+        assert more.n_kernel_passes_ > auto.n_kernel_passes_
 
 
 def test_lbfgs_runs_one_round():
