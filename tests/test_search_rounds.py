@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from hmoe_estim import HMoERegressor, make_hmoe_regression, random_measure, regression_function
+from hmoe_estim.solvers._search import search_rounds_schedule
 
 
 def _fit(X, y, **kw):
@@ -67,8 +68,9 @@ def test_the_search_stops_once_the_optimum_is_found_twice(hard):
 @pytest.mark.parametrize("gate,n_heads,activation,rounds", [
     ("value", 2, "sigmoid", 3),   # gated with several heads: up to 3 rounds
     ("sdpa", 2, "gelu", 3),
-    ("sdpa", 1, "tanh", 3),       # gated with signed weights (odd φ): up to 3 rounds
-    ("value", 1, "tanh", 3),
+    ("sdpa", 1, "tanh", 6),       # gated with signed weights (odd φ): up to 6 rounds
+    ("value", 1, "tanh", 6),
+    ("value", 2, "tanh", 6),
     ("value", 1, "sigmoid", 1),   # one head otherwise: one round
     ("sdpa", 1, "silu", 1),
     ("none", 2, "sigmoid", 1),    # linear gate: one round
@@ -98,6 +100,25 @@ def test_lbfgs_runs_one_round():
     est = _fit(X, y, n_heads=2, n_experts=1, gate="value", solver="lbfgs", n_starts=2,
                max_iter=50, search_rounds=3, random_state=0)
     assert est.search_rounds_ == 1 and est.start_objectives_.shape == (2,)
+
+
+def test_search_rounds_schedule():
+    from hmoe_estim.solvers._search import SEARCH_ROUNDS, SEARCH_ROUNDS_SIGNED
+
+    assert (SEARCH_ROUNDS, SEARCH_ROUNDS_SIGNED) == (3, 6)
+    for gate in ("value", "sdpa"):
+        for heads in (1, 2, 3):
+            assert search_rounds_schedule(gate, "tanh", heads) == SEARCH_ROUNDS_SIGNED
+            for act in ("sigmoid", "gelu", "silu"):
+                assert search_rounds_schedule(gate, act, heads) == (
+                    SEARCH_ROUNDS if heads > 1 else 1)
+    for gate in ("none", "output"):
+        for act in ("sigmoid", "tanh"):
+            assert search_rounds_schedule(gate, act, 2) == 1
+    with pytest.raises(ValueError, match="gate"):
+        search_rounds_schedule("bogus", "tanh", 2)
+    with pytest.raises(ValueError, match="activation"):
+        search_rounds_schedule("value", "bogus", 2)
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, "many", None, True])

@@ -44,6 +44,7 @@ from ..solvers._search import (
     race,
     race_schedule,
     restart_heads,
+    search_rounds_schedule,
 )
 from . import _guards
 from ._warnings import PoorFitWarning, diagnose_fit
@@ -85,12 +86,6 @@ AUTO_CANDIDATES_MHA = 16
 #: heads (none with one head); at most ``HEAD_RESTART_ROUNDS`` rounds.
 AUTO_HEAD_RESTARTS = 32
 HEAD_RESTART_ROUNDS = 10
-#: ``search_rounds="auto"``: at most this many rounds of the whole search (race, then head
-#: restarts) for the value and SDPA gates with several heads or with tanh (whose search runs
-#: over signed weights), stopping once the best objective has been reached by two starts; one
-#: round otherwise. Measured on ``benchmarks/bench_solver.py``'s design: the certified
-#: failures of two-head value/SDPA fits 11 → 5 of 384, of one-head tanh ones 2 → 0 of 104.
-AUTO_SEARCH_ROUNDS = 3
 #: Starts within ``AGREE_TOL · σ̂²/n`` of the best objective count as agreeing with it.
 AGREE_TOL = 1.0
 
@@ -166,14 +161,14 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         ``solver="lm"`` only: most rounds of the whole search (race, then head restarts),
         each from fresh random candidates; the search stops after a round once the best
         objective has been reached by two starts (``n_starts_agreeing_ >= 2``, of one round or
-        of two), and keeps the best start of all rounds. ``"auto"``: 3 for the value and SDPA
-        gates with several heads or with ``activation="tanh"`` (whose search runs over signed
-        weights), 1 otherwise. On the solver benchmark's truths this lowered the certified
-        failures of two-head value/SDPA fits from 11 to 5 of 384 and of one-head tanh fits
-        from 2 to 0 of 104, at about twice their total time (documentation: the solver
-        page). With one head and sigmoid, GELU or SiLU (no certified failure there) the
-        over-specified fits' starts rarely agree to ``1 · σ̂²/n``, so the rule would run
-        every round for nothing.
+        of two), and keeps the best start of all rounds. ``"auto"``: 6 for the value and SDPA
+        gates with ``activation="tanh"`` (whose search runs over signed weights), 3 for them
+        with several heads, 1 otherwise. On the solver benchmark's truths three rounds
+        lowered the certified failures of two-head value/SDPA fits from 11 to 5 of 384 and of
+        one-head tanh fits from 2 to 0 of 104, at about twice their total time; six for tanh
+        left 1 of 900 (documentation: the solver page). With one head and sigmoid, GELU or
+        SiLU (no certified failure there) the over-specified fits' starts rarely agree to
+        ``1 · σ̂²/n``, so the rule would run every round for nothing.
     param_bound : float, default=10.0
         Every entry of ``M`` and ``a`` lies in ``[-param_bound, param_bound]`` (A.1).
     omega_max : float, default=10.0
@@ -345,13 +340,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         return int(self.head_restarts)
 
     def _search_rounds(self, H):
-        """Most rounds of the whole search: ``"auto"`` is ``AUTO_SEARCH_ROUNDS`` for the value
-        and SDPA gates with several heads or with signed weights (odd ``φ``: tanh), 1
-        otherwise."""
+        """Most rounds of the whole search: ``"auto"`` is ``search_rounds_schedule`` of
+        ``solvers/_search.py`` (6 for the value and SDPA gates with tanh, 3 for them with
+        several heads, 1 otherwise), an integer that count."""
         if isinstance(self.search_rounds, str):
-            gated = self.gate in ("value", "sdpa")
-            several = H > 1 or has_sign_symmetry(self.gate, self.activation)
-            return AUTO_SEARCH_ROUNDS if gated and several else 1
+            return search_rounds_schedule(self.gate, self.activation, H)
         return int(self.search_rounds)
 
     def _race_schedule(self, H):

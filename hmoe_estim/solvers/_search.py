@@ -13,7 +13,7 @@ oracle (nothing about the truth), only the data and ordinary random starts:
   iterations, 30 on ``RACE_SAMPLES_HEADS`` samples for gated models with several heads:
   :func:`race_schedule`) are
   measured in ``benchmarks/bench_solver.py``: on its full design (one and two heads, 900
-  fits), with the estimator's search rounds, 5 certified failures, all with two heads (see
+  fits), with the estimator's search rounds, 1 certified failure, with two heads (see
   the user guide's solver page).
 - **Signed weights** where the model has the symmetry ``(ω, a) ≡ (−ω, −a)``: for the linear
   gates (``"none"``, ``"output"``: ``f`` depends on ``ω a`` only) and for an odd activation
@@ -42,7 +42,7 @@ import numpy as np
 from .._validation import check_activation, check_gate
 
 __all__ = ["has_sign_symmetry", "fold_signs", "signed_bounds", "count_agreeing", "race", "hop",
-           "restart_heads", "race_schedule"]
+           "restart_heads", "race_schedule", "search_rounds_schedule"]
 
 #: The race runs on at most this many (evenly spaced) samples: a few Gauss–Newton steps
 #: sort the basins as well on a subsample, at a fraction of the cost when ``n`` is large.
@@ -80,6 +80,21 @@ RACE_ITER_HEADS = 30
 #: with a first rung of 3 iterations, one.
 RACE_FRACTION = 4
 
+#: Rounds of the whole search (the estimator's ``search_rounds="auto"``, see
+#: :func:`search_rounds_schedule`): at most this many for the value and SDPA gates with several
+#: heads, each round fresh candidates, raced, then the head restarts, until the best objective
+#: has been reached by two finished starts. Measured on ``benchmarks/bench_solver.py``'s
+#: design: the certified failures of two-head value/SDPA fits 11 → 5 of 384.
+SEARCH_ROUNDS = 3
+#: ... and at most this many with signed weights (value and SDPA gates with an odd ``φ``:
+#: tanh), one head or several. The design's 5 failures left by ``SEARCH_ROUNDS`` were all
+#: two-head tanh fits; six rounds repaired 4 of them and made no fit worse (rounds 4–6 run only
+#: on fits whose first three rounds did not find their best objective twice: 79 of its 200
+#: value/SDPA tanh fits, at about twice their kernel passes, ×1.54 over the 200). Six
+#: rounds for the other gated two-head fits that end three rounds unagreed (96) repaired
+#: nothing, as none of them failed, so they keep ``SEARCH_ROUNDS``.
+SEARCH_ROUNDS_SIGNED = 6
+
 #: Odd activations: ``φ(−z) = −φ(z)``.
 ODD_ACTIVATIONS = ("tanh",)
 
@@ -99,6 +114,21 @@ def race_schedule(gate, n_heads):
     if n_heads > 1 and gate in ("value", "sdpa"):
         return RACE_ITER_HEADS, RACE_SAMPLES_HEADS
     return RACE_ITER, None
+
+
+def search_rounds_schedule(gate, activation, n_heads):
+    """Most rounds of the whole search for the estimator's ``search_rounds="auto"``:
+    ``SEARCH_ROUNDS_SIGNED`` for the value and SDPA gates with signed weights (tanh),
+    ``SEARCH_ROUNDS`` for them with several heads, 1 otherwise (the linear gates, and one
+    head with a sigmoid, GELU or SiLU: none of their fits on the design failed with one round,
+    and their starts rarely agree to ``1 · σ̂²/n``, so every round would run)."""
+    check_gate(gate)
+    check_activation(activation)
+    if gate not in ("value", "sdpa"):
+        return 1
+    if has_sign_symmetry(gate, activation):
+        return SEARCH_ROUNDS_SIGNED
+    return SEARCH_ROUNDS if n_heads > 1 else 1
 
 
 def signed_bounds(bounds, shape):
