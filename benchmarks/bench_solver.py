@@ -18,7 +18,10 @@ and ``n`` (a new truth and data set for each seed and ``n``; default 2), ``n`` i
 (default 10^3, 10^4); in addition ``--large-seeds`` truths (default 2) at ``n = --large-n``
 (default 10^5) for the shapes of ``--large-shapes`` (default the smallest, ``1x2x2``). With
 the defaults each (gate, activation, K) group has 12 × 2 × 2 + 2 = 50 fits, 900 in all (about
-30 min for ``lm`` alone at one thread on the project's 2-core machine). ``--shapes small``
+75 min for ``lm`` alone at one thread on the project's 2-core machine). ``--first-seed S``
+numbers the seeds from ``S``: a run with ``--first-seed 2`` fits two new truths per shape and
+``n`` (and at the large ``n``), so that with a default run it makes 100 fits per group, the
+design of ``benchmarks/results/solver_suite.json``. ``--shapes small``
 is the earlier, narrower design of ``solver.json`` (``H = 1``, ``N = 2``, ``D = 2 + seed mod
 2``, one truth per seed for every ``n``, no large ``n``); ``--shapes`` also takes a list such
 as ``1x2x2,2x3x4`` (``HxNxD``).
@@ -74,6 +77,10 @@ def parse_args(argv=None):
     ap.add_argument("--shapes", default="full",
                     help="truths suite: 'full' (H 1-2 x N 2-3 x D 2-4), 'small' (H=1, N=2, "
                          "D 2-3) or a list HxNxD,... (full)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="truths suite: seeds first-seed, ..., first-seed + seeds - 1 (also for "
+                         "--large-seeds): new truths that extend a design run with the same "
+                         "options (0)")
     ap.add_argument("--large-n", type=int, default=100_000,
                     help="truths suite: the extra, large n (100000)")
     ap.add_argument("--large-shapes", default="1x2x2",
@@ -273,32 +280,33 @@ def truths_plan(args, n_values, gates):
     if args.gate_acts:
         want = {tuple(t.split(":")) for t in args.gate_acts.split(",") if t}
         groups = [ga for ga in groups if ga in want or (ga[0], "*") in want]
-    shapes, seeds = parse_shapes(args.shapes), args.seeds
+    shapes, seeds = parse_shapes(args.shapes), range(args.first_seed, args.first_seed + args.seeds)
     large = [] if args.large_seeds <= 0 else [
-        (args.large_n, shp, args.large_seeds) for shp in parse_shapes(args.large_shapes)]
+        (args.large_n, shp, range(args.first_seed, args.first_seed + args.large_seeds))
+        for shp in parse_shapes(args.large_shapes)]
     if args.quick:
         groups, n_values, seeds, shapes, large = ([("value", "sigmoid"), ("sdpa", "tanh")],
-                                                  [1000], 1, [(1, 2, 2)], [])
+                                                  [1000], range(1), [(1, 2, 2)], [])
     plan = []
     if args.shapes == "small" and not args.quick:
         # the earlier, narrower design (solver.json, solver_lm_12seeds.json): H = 1, N = 2,
         # D = 2 + seed mod 2, one truth per seed for every n and group, no large n
         for n in n_values:
             for gate, act in groups:
-                for s in range(seeds):
+                for s in seeds:
                     for K in (2, 3):
                         plan.append((gate, act, K, (1, 2, 2 + s % 2), 1000 + s, 10_000 + s,
                                      n, s))
         return plan
-    for s in range(seeds):
+    for s in seeds:
         for i_n, n in enumerate(n_values):
             for shp in shapes:
                 for gate, act in groups:
                     for K in (2, 3):
                         plan.append((gate, act, K, shp, 1000 + 100 * i_n + s,
                                      10_000 + 100 * i_n + s, n, s))
-    for n, shp, n_seeds in large:
-        for s in range(n_seeds):
+    for n, shp, large_seeds in large:
+        for s in large_seeds:
             for gate, act in groups:
                 for K in (2, 3):
                     plan.append((gate, act, K, shp, 1900 + s, 19_000 + s, n, s))
@@ -347,8 +355,8 @@ def main(argv=None):
             "quick": args.quick, "K_true": 2}
     if args.suite == "truths":
         meta.update(shapes="1x2x2" if args.quick else args.shapes,
-                    seeds=args.seeds, large_n=args.large_n, large_shapes=args.large_shapes,
-                    large_seeds=args.large_seeds)
+                    seeds=args.seeds, first_seed=args.first_seed, large_n=args.large_n,
+                    large_shapes=args.large_shapes, large_seeds=args.large_seeds)
 
     env = environment()
 

@@ -119,6 +119,14 @@ def test_bench_solver_design():
     # a new truth for every shape, seed and n: 12 x 2 x 2, and 2 at the large n
     assert len({(p[3], p[4]) for p in plan}) == 50
     assert sum(p[6] == 100_000 for p in plan) == 36
+    # --first-seed 2 extends the design with new truths: seeds 2 and 3, large ones included;
+    # with the default run it makes the design of --seeds 4 --large-seeds 4
+    more = bs.truths_plan(bs.parse_args(["--first-seed", "2"]), [1000, 10000], gates)
+    assert not set(plan) & set(more) and {p[7] for p in more} == {2, 3}
+    assert not {(p[3], p[4]) for p in plan} & {(p[3], p[4]) for p in more}
+    four = bs.truths_plan(bs.parse_args(["--seeds", "4", "--large-seeds", "4"]),
+                          [1000, 10000], gates)
+    assert sorted(plan + more) == sorted(four)
     # the earlier narrow design is reproduced exactly: H = 1, N = 2, D = 2 + seed mod 2
     small = bs.truths_plan(bs.parse_args(["--shapes", "small", "--seeds", "3"]),
                            [1000, 10000], gates)

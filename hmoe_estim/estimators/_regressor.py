@@ -136,8 +136,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``; for the ungated
         MHA, ``gate="none"``, ``16 · n_starts`` per head). Must be
         ``>= n_starts``; ``n_candidates = n_starts`` switches racing off. On the solver
-        benchmark's two-head truths the defaults end above the truth's objective in 1 of 432
-        fits (one head: none of 468); with several heads, raising it can help (before the
+        benchmark's two-head truths the defaults end above the truth's objective in 6 of 864
+        fits (one head: 2 of 936); with several heads, raising it can help (before the
         head restarts, 512 candidates fixed 9 of 13 such fits at 4× the time; documentation:
         the solver page).
     race_iter : int or "auto", default="auto"
@@ -166,9 +166,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         with several heads, 1 otherwise. On the solver benchmark's truths three rounds
         lowered the certified failures of two-head value/SDPA fits from 11 to 5 of 384 and of
         one-head tanh fits from 2 to 0 of 104, at about twice their total time; six for tanh
-        left 1 of 900 (documentation: the solver page). With one head and sigmoid, GELU or
-        SiLU (no certified failure there) the over-specified fits' starts rarely agree to
-        ``1 · σ̂²/n``, so the rule would run every round for nothing.
+        left 1 of 900, and 8 of 1800 on the design with twice the truths, 6 of them
+        value/tanh ``K = 2`` fits (documentation: the solver page). Two starts can agree on a
+        local optimum: 4 of those 8 fits ended with ``n_starts_agreeing_ = 2``. With one head
+        and sigmoid, GELU or SiLU (no certified failure there) the over-specified fits' starts
+        rarely agree to ``1 · σ̂²/n``, so the rule would run every round for nothing.
     param_bound : float, default=10.0
         Every entry of ``M`` and ``a`` lies in ``[-param_bound, param_bound]`` (A.1).
     omega_max : float, default=10.0

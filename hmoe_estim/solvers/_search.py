@@ -12,9 +12,10 @@ oracle (nothing about the truth), only the data and ordinary random starts:
   The estimator's defaults (128 candidates for 4 starts, 64 for one-head MHA; 10
   iterations, 30 on ``RACE_SAMPLES_HEADS`` samples for gated models with several heads:
   :func:`race_schedule`) are
-  measured in ``benchmarks/bench_solver.py``: on its full design (one and two heads, 900
-  fits), with the estimator's search rounds, 1 certified failure, with two heads (see
-  the user guide's solver page).
+  measured in ``benchmarks/bench_solver.py``: on its full design (one and two heads, 1800
+  fits, four truths per shape and ``n``), with the estimator's search rounds, 8 certified
+  failures, 6 of them with two heads and 6 value/tanh fits with ``K = K*`` (see the user
+  guide's solver page).
 - **Signed weights** where the model has the symmetry ``(ω, a) ≡ (−ω, −a)``: for the linear
   gates (``"none"``, ``"output"``: ``f`` depends on ``ω a`` only) and for an odd activation
   (``tanh``) with the value or SDPA gate (``ω φ(−a·x) = −ω φ(a·x)``), the search runs over
