@@ -45,6 +45,7 @@ from ..solvers._search import (
     race_schedule,
     restart_heads,
     search_rounds_schedule,
+    starts_to_stop,
 )
 from . import _guards
 from ._warnings import PoorFitWarning, diagnose_fit
@@ -136,8 +137,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``; for the ungated
         MHA, ``gate="none"``, ``16 · n_starts`` per head). Must be
         ``>= n_starts``; ``n_candidates = n_starts`` switches racing off. On the solver
-        benchmark's two-head truths the defaults end above the truth's objective in 6 of 864
-        fits (one head: 2 of 936); with several heads, raising it can help (before the
+        benchmark's two-head truths the defaults end above the truth's objective in 5 of 864
+        fits (one head: none of 936); with several heads, raising it can help (before the
         head restarts, 512 candidates fixed 9 of 13 such fits at 4× the time; documentation:
         the solver page).
     race_iter : int or "auto", default="auto"
@@ -161,16 +162,17 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         ``solver="lm"`` only: most rounds of the whole search (race, then head restarts),
         each from fresh random candidates; the search stops after a round once the best
         objective has been reached by two starts (``n_starts_agreeing_ >= 2``, of one round or
-        of two), and keeps the best start of all rounds. ``"auto"``: 6 for the value and SDPA
-        gates with ``activation="tanh"`` (whose search runs over signed weights), 3 for them
-        with several heads, 1 otherwise. On the solver benchmark's truths three rounds
-        lowered the certified failures of two-head value/SDPA fits from 11 to 5 of 384 and of
-        one-head tanh fits from 2 to 0 of 104, at about twice their total time; six for tanh
-        left 1 of 900, and 8 of 1800 on the design with twice the truths, 6 of them
-        value/tanh ``K = 2`` fits (documentation: the solver page). Two starts can agree on a
-        local optimum: 4 of those 8 fits ended with ``n_starts_agreeing_ = 2``. With one head
-        and sigmoid, GELU or SiLU (no certified failure there) the over-specified fits' starts
-        rarely agree to ``1 · σ̂²/n``, so the rule would run every round for nothing.
+        of several; three for the value and SDPA gates with ``activation="tanh"``, whose
+        search runs over signed weights), and keeps the best start of all rounds. ``"auto"``:
+        6 for those tanh models, 3 for the value and SDPA gates with several heads otherwise,
+        1 otherwise. On the solver benchmark's truths three rounds lowered the certified
+        failures of two-head value/SDPA fits from 11 to 5 of 384 and of one-head tanh fits
+        from 2 to 0 of 104, at about twice their total time; on its design with 1800 fits,
+        six rounds for tanh left 8, and three agreeing starts to stop them 5 (3 of 100
+        value/tanh ``K = 2`` fits), at 1.33 times the passes of the tanh fits
+        (documentation: the solver page). With one head and sigmoid, GELU or SiLU (no
+        certified failure there) the over-specified fits' starts rarely agree to
+        ``1 · σ̂²/n``, so the rule would run every round for nothing.
     param_bound : float, default=10.0
         Every entry of ``M`` and ``a`` lies in ``[-param_bound, param_bound]`` (A.1).
     omega_max : float, default=10.0
@@ -493,6 +495,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             )
             n_restart = self._head_restarts(H)
             results, abandoned, rounds = [], 0, 0
+            to_stop = starts_to_stop(self.gate, self.activation)
             for r in range(self._search_rounds(H)):
                 if r > 0:  # a fresh search: new candidates, raced, then the head restarts
                     starts = [draw() for _ in range(n_cand)]
@@ -511,13 +514,14 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                     )
                     abandoned, rounds = abandoned + extra, rounds + improved
                 results += found
-                # the optimum found twice (by two starts of one round or of two): done
+                # the optimum found twice (three times with signed weights), by starts of one
+                # round or of several: done
                 agreeing = count_agreeing([f.objective for f in results], n, AGREE_TOL)
                 if self.verbose:
                     print(f"[{GATE_LABELS[self.gate]}] search round {r + 1}: best objective "
                           f"{min(f.objective for f in results):.6g}, reached by "
                           f"{agreeing} start(s)")
-                if agreeing >= 2:
+                if agreeing >= to_stop:
                     break
             self.search_rounds_ = r + 1
             self.head_restart_rounds_ = rounds
