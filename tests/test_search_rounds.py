@@ -44,30 +44,37 @@ def test_a_fresh_round_repairs_a_certified_local_optimum(hard):
     assert three.start_n_iter_.shape == three.start_converged_.shape == (2 * three.search_rounds_,)
 
 
-def test_the_search_stops_once_the_optimum_is_found_by_enough_starts():
-    # tanh (signed weights): three agreeing starts stop the rounds, not two. A one-head truth
-    # of the suite (value gate, tanh, N = 2, D = 2, K = K* = 2, n = 1000), two starts a round
-    G = random_measure(1, 2, 2, 2, scale=2.0, random_state=1000)
+@pytest.mark.parametrize("activation,n_heads,to_stop", [
+    ("tanh", 1, 3),     # signed weights: three agreeing starts stop the rounds, not two
+    ("sigmoid", 2, 2),  # otherwise two
+])
+def test_the_search_stops_once_the_optimum_is_found_by_enough_starts(activation, n_heads,
+                                                                     to_stop):
+    # truths of the suite (value gate, N = 2, D = 2, K = K* = 2, n = 1000), two starts a round
+    G = random_measure(n_heads, 2, 2, 2, scale=2.0, random_state=1000)
     X, y = make_hmoe_regression(1000, measure=G, n_experts=2, n_features=2, gate="value",
-                                activation="tanh", noise=0.1, random_state=10000)
-    kw = dict(n_experts=2, gate="value", activation="tanh", n_candidates=32, search_rounds=4)
-    to_stop = starts_to_stop("value", "tanh")
-    assert to_stop == 3
-    # one start per round: three rounds at least
+                                activation=activation, noise=0.1, random_state=10000)
+    kw = dict(n_heads=n_heads, n_experts=2, gate="value", activation=activation,
+              n_candidates=32, head_restarts=0, search_rounds=4)
+    assert starts_to_stop("value", activation) == to_stop
+    # one start per round: as many rounds at least as starts are needed
     single = _fit(X, y, n_starts=1, random_state=1, **kw)
-    assert single.search_rounds_ >= 3
-    ran = []
+    assert single.search_rounds_ >= to_stop
+    ran, stopped_with = [], []
     for seed in range(4):
         est = _fit(X, y, n_starts=2, random_state=seed, **kw)
         ran.append(est.search_rounds_)
-        if est.search_rounds_ < 4:  # stopped early: the best was reached by three starts
+        if est.search_rounds_ < 4:  # stopped early: the best was reached by enough starts
             assert est.n_starts_agreeing_ >= to_stop
-        # ... and not before: every earlier round ended with fewer (two are not enough)
+            stopped_with.append(est.n_starts_agreeing_)
+        # ... and not before: every earlier round ended with fewer
         for r in range(1, est.search_rounds_):
             obj = est.start_objectives_[: 2 * r]
             assert np.sum(obj <= obj.min() * (1 + 1 / len(y))) < to_stop
     # both ends of the rule occur on these seeds: an early stop, and the cap
     assert min(ran) < 4 and max(ran) == 4
+    if to_stop == 2:  # two are enough here
+        assert 2 in stopped_with
 
 
 @pytest.mark.parametrize("gate,n_heads,activation,rounds", [
