@@ -280,9 +280,10 @@ def truths_plan(args, n_values, gates):
     if args.gate_acts:
         want = {tuple(t.split(":")) for t in args.gate_acts.split(",") if t}
         groups = [ga for ga in groups if ga in want or (ga[0], "*") in want]
-    shapes, seeds = parse_shapes(args.shapes), range(args.first_seed, args.first_seed + args.seeds)
+    first = args.first_seed
+    shapes, seeds = parse_shapes(args.shapes), range(first, first + args.seeds)
     large = [] if args.large_seeds <= 0 else [
-        (args.large_n, shp, range(args.first_seed, args.first_seed + args.large_seeds))
+        (args.large_n, shp, range(first, first + args.large_seeds))
         for shp in parse_shapes(args.large_shapes)]
     if args.quick:
         groups, n_values, seeds, shapes, large = ([("value", "sigmoid"), ("sdpa", "tanh")],

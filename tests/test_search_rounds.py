@@ -113,8 +113,14 @@ def test_starts_to_stop():
         assert starts_to_stop(gate, "tanh") == 3
         for act in ("sigmoid", "gelu", "silu"):
             assert starts_to_stop(gate, act) == 2
+    # the linear gates have the sign symmetry too, but not the stricter stop
     for gate in ("none", "output"):
-        assert starts_to_stop(gate, "sigmoid") == 2
+        for act in ("sigmoid", "tanh"):
+            assert starts_to_stop(gate, act) == 2
+    with pytest.raises(ValueError, match="gate"):
+        starts_to_stop("bogus", "tanh")
+    with pytest.raises(ValueError, match="activation"):
+        starts_to_stop("value", "bogus")
 
 
 def test_lbfgs_runs_one_round():
@@ -139,8 +145,6 @@ def test_search_rounds_schedule():
             assert search_rounds_schedule(gate, act, 2) == 1
     with pytest.raises(ValueError, match="gate"):
         search_rounds_schedule("bogus", "tanh", 2)
-    with pytest.raises(ValueError, match="activation"):
-        starts_to_stop("value", "bogus")
     with pytest.raises(ValueError, match="activation"):
         search_rounds_schedule("value", "bogus", 2)
 

@@ -130,30 +130,30 @@ def race_schedule(gate, n_heads):
     return RACE_ITER, None
 
 
+def _signed_gated(gate, activation):
+    """True for the value and SDPA gates with signed weights (an odd ``φ``: tanh), the models
+    whose search gets more rounds and a stricter stop; ``gate`` and ``activation`` checked."""
+    check_gate(gate)
+    check_activation(activation)
+    return gate in ("value", "sdpa") and activation in ODD_ACTIVATIONS
+
+
 def search_rounds_schedule(gate, activation, n_heads):
     """Most rounds of the whole search for the estimator's ``search_rounds="auto"``:
     ``SEARCH_ROUNDS_SIGNED`` for the value and SDPA gates with signed weights (tanh),
     ``SEARCH_ROUNDS`` for them with several heads, 1 otherwise (the linear gates, and one
     head with a sigmoid, GELU or SiLU: none of their fits on the design failed with one round,
     and their starts rarely agree to ``1 · σ̂²/n``, so every round would run)."""
-    check_gate(gate)
-    check_activation(activation)
-    if gate not in ("value", "sdpa"):
-        return 1
-    if has_sign_symmetry(gate, activation):
+    if _signed_gated(gate, activation):
         return SEARCH_ROUNDS_SIGNED
-    return SEARCH_ROUNDS if n_heads > 1 else 1
+    return SEARCH_ROUNDS if gate in ("value", "sdpa") and n_heads > 1 else 1
 
 
 def starts_to_stop(gate, activation):
     """Finished starts that must reach the best objective (within ``1 · σ̂²/n``) for the search
     rounds to stop before their cap: ``AGREE_TO_STOP_SIGNED`` for the value and SDPA gates with
     signed weights (tanh), ``AGREE_TO_STOP`` otherwise."""
-    check_gate(gate)
-    check_activation(activation)
-    if gate in ("value", "sdpa") and has_sign_symmetry(gate, activation):
-        return AGREE_TO_STOP_SIGNED
-    return AGREE_TO_STOP
+    return AGREE_TO_STOP_SIGNED if _signed_gated(gate, activation) else AGREE_TO_STOP
 
 
 def signed_bounds(bounds, shape):
