@@ -205,6 +205,21 @@ def test_race_schedule():
         _search.race_schedule("bogus", 2)
 
 
+def test_candidates_and_head_restarts_schedules():
+    from hmoe_estim.solvers import _search
+
+    # the documented "auto" counts: 32 per start kept, 16 per start and head for MHA
+    assert _search.candidates_schedule("value", 4, 2) == 128
+    assert _search.candidates_schedule("sdpa", 2, 1) == 64
+    assert _search.candidates_schedule("output", 4, 3) == 128
+    assert _search.candidates_schedule("none", 4, 1) == 64
+    assert _search.candidates_schedule("none", 4, 2) == 128
+    with pytest.raises(ValueError, match="gate"):
+        _search.candidates_schedule("bogus", 4, 1)
+    assert _search.head_restarts_schedule(1) == 0
+    assert _search.head_restarts_schedule(2) == _search.head_restarts_schedule(3) == 32
+
+
 @pytest.mark.parametrize("race_samples", [None, 1024])
 def test_race_runs_on_race_samples(race_samples):
     # the race's passes, in full-data units, are whole passes over its subsample: 1024 of

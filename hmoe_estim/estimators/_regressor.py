@@ -39,8 +39,12 @@ from ..model._regression import evaluate
 from ..model._starts import check_init_measure, random_start_theta
 from ..solvers._multistart import run_starts
 from ..solvers._search import (
+    AGREE_TOL,
+    HEAD_RESTART_ROUNDS,
+    candidates_schedule,
     count_agreeing,
     has_sign_symmetry,
+    head_restarts_schedule,
     race,
     race_schedule,
     restart_heads,
@@ -75,20 +79,6 @@ def _check_auto_count(value, name, minimum, least=None):
 
 #: Local solvers: name -> label in messages.
 SOLVERS = {"lm": "Levenberg-Marquardt", "lbfgs": "L-BFGS-B"}
-#: ``n_candidates="auto"`` races this many candidates per start kept ...
-AUTO_CANDIDATES = 32
-#: ... and, for the ungated MHA (``gate="none"``, ``f`` depends on ``(ω, a)`` only through
-#: ``b = Σ_k ω_k a_k``: the basins are those of the gate matrices), this many per start and
-#: head. Measured on ``benchmarks/bench_solver.py``'s MHA truths: with one head 64
-#: candidates left no certified failure (as 128 did) at about half the time of a fit at
-#: ``n = 10⁴``; with two heads 64 left one, so two heads keep 128.
-AUTO_CANDIDATES_MHA = 16
-#: ``head_restarts="auto"``: candidates per head and round of the head restarts with several
-#: heads (none with one head); at most ``HEAD_RESTART_ROUNDS`` rounds.
-AUTO_HEAD_RESTARTS = 32
-HEAD_RESTART_ROUNDS = 10
-#: Starts within ``AGREE_TOL · σ̂²/n`` of the best objective count as agreeing with it.
-AGREE_TOL = 1.0
 
 
 class HMoERegressor(RegressorMixin, BaseEstimator):
@@ -340,7 +330,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         if H == 1:
             return 0
         if isinstance(self.head_restarts, str):
-            return AUTO_HEAD_RESTARTS
+            return head_restarts_schedule(H)
         return int(self.head_restarts)
 
     def _search_rounds(self, H):
@@ -360,12 +350,13 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         return int(self.race_iter), None
 
     def _n_candidates(self, H):
+        """Random starts drawn per search round: ``"auto"`` is ``candidates_schedule`` of
+        ``solvers/_search.py`` (128 for 4 starts kept; 64 per head for the ungated MHA), an
+        integer the count itself; ``n_starts`` for ``solver="lbfgs"`` (no race)."""
         if self.solver != "lm":
             return self.n_starts
         if isinstance(self.n_candidates, str):
-            if self.gate == "none":
-                return AUTO_CANDIDATES_MHA * self.n_starts * H
-            return AUTO_CANDIDATES * self.n_starts
+            return candidates_schedule(self.gate, self.n_starts, H)
         return int(self.n_candidates)
 
     def _init_measures(self, shape):

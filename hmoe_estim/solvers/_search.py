@@ -45,7 +45,27 @@ import numpy as np
 from .._validation import check_activation, check_gate
 
 __all__ = ["has_sign_symmetry", "fold_signs", "signed_bounds", "count_agreeing", "race", "hop",
-           "restart_heads", "race_schedule", "search_rounds_schedule", "starts_to_stop"]
+           "restart_heads", "candidates_schedule", "head_restarts_schedule", "race_schedule",
+           "search_rounds_schedule", "starts_to_stop"]
+
+#: Candidates raced per start kept (the estimator's ``n_candidates="auto"``,
+#: :func:`candidates_schedule`) ...
+AUTO_CANDIDATES = 32
+#: ... and, for the ungated MHA (``gate="none"``, ``f`` depends on ``(ω, a)`` only through
+#: ``b = Σ_k ω_k a_k``: the basins are those of the gate matrices), this many per start and
+#: head. Measured on ``benchmarks/bench_solver.py``'s MHA truths: with one head 64
+#: candidates left no certified failure (as 128 did) at about half the time of a fit at
+#: ``n = 10⁴``; with two heads 64 left one, so two heads keep 128.
+AUTO_CANDIDATES_MHA = 16
+#: Candidates per head and round of the head restarts with several heads (the estimator's
+#: ``head_restarts="auto"``, :func:`head_restarts_schedule`; none with one head, where a
+#: restarted head is a fresh start) ...
+AUTO_HEAD_RESTARTS = 32
+#: ... for at most this many rounds.
+HEAD_RESTART_ROUNDS = 10
+#: Starts within ``AGREE_TOL · σ̂²/n`` of the best objective count as agreeing with it
+#: (:func:`count_agreeing`).
+AGREE_TOL = 1.0
 
 #: The race runs on at most this many (evenly spaced) samples: a few Gauss–Newton steps
 #: sort the basins as well on a subsample, at a fraction of the cost when ``n`` is large.
@@ -118,6 +138,21 @@ def has_sign_symmetry(gate, activation):
     check_gate(gate)
     check_activation(activation)
     return gate in ("none", "output") or activation in ODD_ACTIVATIONS
+
+
+def candidates_schedule(gate, n_starts, n_heads):
+    """Candidates raced for the estimator's ``n_candidates="auto"``: ``AUTO_CANDIDATES``
+    per start kept, or ``AUTO_CANDIDATES_MHA`` per start kept and head for ``gate="none"``."""
+    check_gate(gate)
+    if gate == "none":
+        return AUTO_CANDIDATES_MHA * n_starts * n_heads
+    return AUTO_CANDIDATES * n_starts
+
+
+def head_restarts_schedule(n_heads):
+    """Candidates per head and round of the head restarts for the estimator's
+    ``head_restarts="auto"``: ``AUTO_HEAD_RESTARTS`` with several heads, 0 (off) with one."""
+    return AUTO_HEAD_RESTARTS if n_heads > 1 else 0
 
 
 def race_schedule(gate, n_heads):
