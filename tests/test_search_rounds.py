@@ -78,8 +78,8 @@ def test_the_search_stops_once_the_optimum_is_found_by_enough_starts(activation,
 
 
 @pytest.mark.parametrize("gate,n_heads,activation,rounds", [
-    ("value", 2, "sigmoid", 3),   # gated with several heads: up to 3 rounds
-    ("sdpa", 2, "gelu", 3),
+    ("value", 2, "sigmoid", 6),   # gated with several heads: up to 6 rounds
+    ("sdpa", 2, "gelu", 6),
     ("sdpa", 1, "tanh", 6),       # gated with signed weights (odd φ): up to 6 rounds
     ("value", 1, "tanh", 6),
     ("value", 2, "tanh", 6),
@@ -133,7 +133,7 @@ def test_lbfgs_runs_one_round():
 def test_search_rounds_schedule():
     from hmoe_estim.solvers._search import SEARCH_ROUNDS, SEARCH_ROUNDS_SIGNED
 
-    assert (SEARCH_ROUNDS, SEARCH_ROUNDS_SIGNED) == (3, 6)
+    assert (SEARCH_ROUNDS, SEARCH_ROUNDS_SIGNED) == (6, 6)
     for gate in ("value", "sdpa"):
         for heads in (1, 2, 3):
             assert search_rounds_schedule(gate, "tanh", heads) == SEARCH_ROUNDS_SIGNED

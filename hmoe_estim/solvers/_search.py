@@ -107,16 +107,17 @@ RACE_FRACTION = 4
 #: :func:`search_rounds_schedule`): at most this many for the value and SDPA gates with several
 #: heads, each round fresh candidates, raced, then the head restarts, until the best objective
 #: has been reached by two finished starts (:func:`starts_to_stop`). Measured on
-#: ``benchmarks/bench_solver.py``'s design: the certified failures of two-head value/SDPA fits
-#: 11 → 5 of 384.
-SEARCH_ROUNDS = 3
+#: ``benchmarks/bench_solver.py``'s design: three rounds lowered the certified failures of
+#: two-head value/SDPA fits from 11 to 5 of 384. Six: on the design with 1800 fits, the two
+#: certified failures of three rounds with a sigmoid (value and SDPA gates, ``K = 3``, both
+#: ended unagreed) pass with six; rounds 4–6 run only on fits whose first three did not find
+#: their best objective twice, so no fit gets worse (see the solver page for the cost).
+SEARCH_ROUNDS = 6
 #: ... and at most this many with signed weights (value and SDPA gates with an odd ``φ``:
-#: tanh), one head or several. The design's 5 failures left by ``SEARCH_ROUNDS`` were all
+#: tanh), one head or several. The design's 5 failures left by three rounds were all
 #: two-head tanh fits; six rounds repaired 4 of them and made no fit worse (rounds 4–6 run only
 #: on fits whose first three rounds did not find their best objective twice: 79 of its 200
-#: value/SDPA tanh fits, at about twice their kernel passes, ×1.54 over the 200). Six
-#: rounds for the other gated two-head fits that end three rounds unagreed (96) repaired
-#: nothing, as none of them failed, so they keep ``SEARCH_ROUNDS``.
+#: value/SDPA tanh fits, at about twice their kernel passes, ×1.54 over the 200).
 SEARCH_ROUNDS_SIGNED = 6
 
 #: The search rounds stop once this many finished starts reach the best objective ...
