@@ -127,7 +127,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``; for the ungated
         MHA, ``gate="none"``, ``16 · n_starts`` per head). Must be
         ``>= n_starts``; ``n_candidates = n_starts`` switches racing off. On the solver
-        benchmark's two-head truths the defaults end above the truth's objective in 5 of 864
+        benchmark's two-head truths the defaults end above the truth's objective in 3 of 864
         fits (one head: none of 936); with several heads, raising it can help (before the
         head restarts, 512 candidates fixed 9 of 13 such fits at 4× the time; documentation:
         the solver page).
@@ -154,13 +154,14 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         objective has been reached by two starts (``n_starts_agreeing_ >= 2``, of one round or
         of several; three for the value and SDPA gates with ``activation="tanh"``, whose
         search runs over signed weights), and keeps the best start of all rounds. ``"auto"``:
-        6 for those tanh models, 3 for the value and SDPA gates with several heads otherwise,
-        1 otherwise. On the solver benchmark's truths three rounds lowered the certified
+        6 for those tanh models and for the value and SDPA gates with several heads, 1
+        otherwise. On the solver benchmark's truths three rounds lowered the certified
         failures of two-head value/SDPA fits from 11 to 5 of 384 and of one-head tanh fits
         from 2 to 0 of 104, at about twice their total time; on its design with 1800 fits,
         six rounds for tanh left 8, and three agreeing starts to stop them 5 (3 of 100
-        value/tanh ``K = 2`` fits), at 1.33 times the passes of the tanh fits
-        (documentation: the solver page). With one head and sigmoid, GELU or SiLU (no
+        value/tanh ``K = 2`` fits), at 1.33 times the passes of the tanh fits, and six
+        rounds for the other two-head value/SDPA fits 3 (the same 3), at 1.51 times their
+        time (documentation: the solver page). With one head and sigmoid, GELU or SiLU (no
         certified failure there) the over-specified fits' starts rarely agree to
         ``1 · σ̂²/n``, so the rule would run every round for nothing.
     param_bound : float, default=10.0
@@ -335,8 +336,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
 
     def _search_rounds(self, H):
         """Most rounds of the whole search: ``"auto"`` is ``search_rounds_schedule`` of
-        ``solvers/_search.py`` (6 for the value and SDPA gates with tanh, 3 for them with
-        several heads, 1 otherwise); an integer is the count itself."""
+        ``solvers/_search.py`` (6 for the value and SDPA gates with tanh or with several heads,
+        1 otherwise); an integer is the count itself."""
         if isinstance(self.search_rounds, str):
             return search_rounds_schedule(self.gate, self.activation, H)
         return int(self.search_rounds)

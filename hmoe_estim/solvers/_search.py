@@ -13,9 +13,9 @@ oracle (nothing about the truth), only the data and ordinary random starts:
   iterations, 30 on ``RACE_SAMPLES_HEADS`` samples for gated models with several heads:
   :func:`race_schedule`) are
   measured in ``benchmarks/bench_solver.py``: on its full design (one and two heads, 1800
-  fits, four truths per shape and ``n``), with the estimator's search rounds, 5 certified
-  failures, all with two heads, 3 of them value/tanh fits with ``K = K*`` (see the user
-  guide's solver page).
+  fits, four truths per shape and ``n``), with the estimator's search rounds, 3 certified
+  failures, all value/tanh fits with two heads and ``K = K*`` (see the user guide's solver
+  page).
 - **Signed weights** where the model has the symmetry ``(ω, a) ≡ (−ω, −a)``: for the linear
   gates (``"none"``, ``"output"``: ``f`` depends on ``ω a`` only) and for an odd activation
   (``tanh``) with the value or SDPA gate (``ω φ(−a·x) = −ω φ(a·x)``), the search runs over
