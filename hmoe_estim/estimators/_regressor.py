@@ -160,10 +160,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         from 2 to 0 of 104, at about twice their total time; on its design with 1800 fits,
         six rounds for tanh left 8, and three agreeing starts to stop them 5 (3 of 100
         value/tanh ``K = 2`` fits), at 1.33 times the passes of the tanh fits, and six
-        rounds for the other two-head value/SDPA fits 3 (the same 3), at 1.51 times their
-        time (documentation: the solver page). With one head and sigmoid, GELU or SiLU (no
-        certified failure there) the over-specified fits' starts rarely agree to
-        ``1 · σ̂²/n``, so the rule would run every round for nothing.
+        rounds for the other two-head value/SDPA fits 3 (those value/tanh fits), at 1.51
+        times the time of the two-head sigmoid, GELU and SiLU fits (documentation: the
+        solver page). With one head and sigmoid, GELU or SiLU (no certified failure there)
+        the over-specified fits' starts rarely agree to ``1 · σ̂²/n``, so the rule would run
+        every round for nothing.
     param_bound : float, default=10.0
         Every entry of ``M`` and ``a`` lies in ``[-param_bound, param_bound]`` (A.1).
     omega_max : float, default=10.0

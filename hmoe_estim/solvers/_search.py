@@ -168,7 +168,8 @@ def race_schedule(gate, n_heads):
 
 def _signed_gated(gate, activation):
     """True for the value and SDPA gates with signed weights (an odd ``φ``: tanh), the models
-    whose search gets more rounds and a stricter stop; ``gate`` and ``activation`` checked."""
+    whose search runs several rounds with one head too and stops on more agreeing starts;
+    ``gate`` and ``activation`` checked."""
     check_gate(gate)
     check_activation(activation)
     return gate in ("value", "sdpa") and activation in ODD_ACTIVATIONS
