@@ -90,3 +90,40 @@ def test_cli_headline_and_certified_only(tmp_path, run_tiny, capsys):
     rates = json.loads((out / "rates.json").read_text())
     assert rates[rec["model"]]["certificate"]["dropped"] == 1
     assert rates[rec["model"]]["certificate"]["certified_only"] is True
+
+
+def test_records_store_how_many_starts_agreed(tmp_path, run_tiny):
+    """Each study fit records the estimator's ``n_starts_agreeing_``, and the diagnostics
+    count it the same way from ``start_objectives`` for records written before the field."""
+    from hmoe_estim.solvers._search import count_agreeing
+    from hmoe_estim.study import fit_diagnostics, format_diagnostics
+    from hmoe_estim.study._diagnostics import starts_agreeing
+
+    out = run_tiny(tmp_path / "s")
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    for r in recs:
+        assert 1 <= r["n_starts_agreeing"] <= len(r["start_objectives"])
+        assert r["n_starts_agreeing"] == count_agreeing(r["start_objectives"], r["n"])
+        old = {k: v for k, v in r.items() if k != "n_starts_agreeing"}
+        assert starts_agreeing(old) == r["n_starts_agreeing"]
+    table = fit_diagnostics(recs)
+    for model in table:
+        mine = [r for r in recs if r["model"] == model]
+        assert table[model]["found_twice"] == np.mean([r["n_starts_agreeing"] >= 2 for r in mine])
+    assert "found twice" in format_diagnostics(table)
+
+
+def test_found_twice_counts_starts_within_the_tolerance():
+    n = 1000
+    base = {"model": "m", "n": n, "K": 2, "K_true": 2, "worse_than_truth": False,
+            "converged": True, "fit_seconds": 1.0}
+    best = 0.01
+    recs = [
+        dict(base, rep=0, start_objectives=[best, best * (1 + 0.5 / n), 0.02]),  # 2 agree
+        dict(base, rep=1, start_objectives=[best, best * (1 + 2.0 / n), 0.02]),  # 1 agrees
+        dict(base, rep=2, start_objectives=[best], n_starts_agreeing=1),
+        dict(base, rep=3, start_objectives=[best, 0.03], n_starts_agreeing=2),  # stored wins
+    ]
+    from hmoe_estim.study import fit_diagnostics
+
+    assert fit_diagnostics(recs)["m"]["found_twice"] == 0.5

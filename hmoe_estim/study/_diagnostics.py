@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from ..solvers._search import AGREE_TOL, count_agreeing
 from ._certificate import certificate_summary
 from ._store import RATES_FILE, StudyError, _write_json_atomic, load_study
 
@@ -11,14 +12,28 @@ __all__ = ["fit_diagnostics", "format_diagnostics", "sort_records", "write_rates
 
 
 
+def starts_agreeing(record):
+    """How many finished starts of a study fit reached its best objective (within
+    ``AGREE_TOL · objective / n``, the estimator's ``n_starts_agreeing_``); recomputed from
+    ``start_objectives`` for records written before the field existed."""
+    if record.get("n_starts_agreeing") is not None:
+        return int(record["n_starts_agreeing"])
+    return count_agreeing(record.get("start_objectives", []), record["n"], AGREE_TOL)
+
+
 def fit_diagnostics(records):
     """Per model: fits, converged share, share of fits worse than ``G*`` on their own data,
-    median fit seconds and mean weight of extra atoms.
+    share whose best objective was found by two or more starts, median fit seconds and mean
+    weight of extra atoms.
 
     ``worse_than_truth`` (objective above the true measure's objective on the same data, with
     ``K >= K*``) certainly marks a fit that missed the least-squares optimum — a local optimum
     of the multi-start search, not a statistical effect. Its share is the certificate's
-    failure rate (:func:`hmoe_estim.study.certificate_summary`).
+    failure rate (:func:`hmoe_estim.study.certificate_summary`). ``found_twice`` needs no
+    truth: the share of fits whose best objective was reached by at least two starts
+    (``starts_agreeing`` in this module). It is a hint, not a certificate — two starts can agree on a
+    local optimum, and over-specified fits (``K > K*``) often end with distinct near-equal
+    optima.
     """
     out = {}
     for rec in records:
@@ -30,6 +45,7 @@ def fit_diagnostics(records):
             "fits": len(recs),
             "converged": float(np.mean([bool(r["converged"]) for r in recs])),
             "worse_than_truth": certificate[model]["failure_rate"],
+            "found_twice": float(np.mean([starts_agreeing(r) >= 2 for r in recs])),
             "median_fit_seconds": float(np.median([r["fit_seconds"] for r in recs])),
             "total_fit_seconds": float(np.sum([r["fit_seconds"] for r in recs])),
             "mean_extra_weight": float(np.mean([r.get("extra_weight", 0.0) for r in recs])),
@@ -40,13 +56,15 @@ def fit_diagnostics(records):
 def format_diagnostics(table, labels=None):
     """Plain-text table of :func:`fit_diagnostics`."""
     head = (f"{'model':<12} {'fits':>5} {'converged':>10} {'worse than G*':>14} "
-            f"{'median fit s':>13} {'total fit s':>12} {'extra weight':>13}")
+            f"{'found twice':>12} {'median fit s':>13} {'total fit s':>12} "
+            f"{'extra weight':>13}")
     lines = [head, "-" * len(head)]
     for model, d in table.items():
         name = labels.get(model, model) if labels else model
         worse = "-" if d["worse_than_truth"] is None else f"{100 * d['worse_than_truth']:.0f}%"
+        twice = "-" if d.get("found_twice") is None else f"{100 * d['found_twice']:.0f}%"
         lines.append(
-            f"{name:<12} {d['fits']:>5} {100 * d['converged']:>9.0f}% {worse:>14} "
+            f"{name:<12} {d['fits']:>5} {100 * d['converged']:>9.0f}% {worse:>14} {twice:>12} "
             f"{d['median_fit_seconds']:>13.2f} {d['total_fit_seconds']:>12.1f} "
             f"{d['mean_extra_weight']:>13.3f}"
         )

@@ -104,6 +104,7 @@ def _fit_one(config, truth, model, n, rep, seed):
         "converged": bool(est.converged_),
         "objective": float(est.objective_),
         "start_objectives": [float(v) for v in est.start_objectives_],
+        "n_starts_agreeing": int(est.n_starts_agreeing_),
         "n_iter": int(est.n_iter_),
         "start_n_iter": [int(v) for v in est.start_n_iter_],
         "split_objective": split_objective,
