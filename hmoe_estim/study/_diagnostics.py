@@ -31,9 +31,9 @@ def fit_diagnostics(records):
     of the multi-start search, not a statistical effect. Its share is the certificate's
     failure rate (:func:`hmoe_estim.study.certificate_summary`). ``found_twice`` needs no
     truth: the share of fits whose best objective was reached by at least two starts
-    (``starts_agreeing`` in this module). It is a hint, not a certificate — two starts can agree on a
-    local optimum, and over-specified fits (``K > K*``) often end with distinct near-equal
-    optima.
+    (``starts_agreeing`` in this module). It is a hint, not a certificate — two starts can
+    agree on a local optimum, and over-specified fits (``K > K*``) often end with distinct
+    near-equal optima.
     """
     out = {}
     for rec in records:
