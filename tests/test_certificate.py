@@ -127,3 +127,18 @@ def test_found_twice_counts_starts_within_the_tolerance():
     from hmoe_estim.study import fit_diagnostics
 
     assert fit_diagnostics(recs)["m"]["found_twice"] == 0.5
+
+
+def test_reading_a_study_does_not_load_numba():
+    # the summary of a finished study (rates, diagnostics, certificate) needs no kernel:
+    # importing it must not pull in Numba and the solvers (about 0.6 s)
+    import subprocess
+    import sys
+
+    code = ("import sys, hmoe_estim.study; "
+            "from hmoe_estim.study._diagnostics import fit_diagnostics, starts_agreeing; "
+            "print('numba' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "False"

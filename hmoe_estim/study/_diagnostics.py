@@ -4,12 +4,10 @@ import os
 
 import numpy as np
 
-from ..solvers._search import AGREE_TOL, count_agreeing
 from ._certificate import certificate_summary
 from ._store import RATES_FILE, StudyError, _write_json_atomic, load_study
 
 __all__ = ["fit_diagnostics", "format_diagnostics", "sort_records", "write_rates"]
-
 
 
 def starts_agreeing(record):
@@ -18,6 +16,9 @@ def starts_agreeing(record):
     ``start_objectives`` for records written before the field existed."""
     if record.get("n_starts_agreeing") is not None:
         return int(record["n_starts_agreeing"])
+    # (imported here: the solvers package loads Numba, which reading a study does not need)
+    from ..solvers._search import AGREE_TOL, count_agreeing
+
     return count_agreeing(record.get("start_objectives", []), record["n"], AGREE_TOL)
 
 
@@ -62,7 +63,7 @@ def format_diagnostics(table, labels=None):
     for model, d in table.items():
         name = labels.get(model, model) if labels else model
         worse = "-" if d["worse_than_truth"] is None else f"{100 * d['worse_than_truth']:.0f}%"
-        twice = "-" if d.get("found_twice") is None else f"{100 * d['found_twice']:.0f}%"
+        twice = f"{100 * d['found_twice']:.0f}%"
         lines.append(
             f"{name:<12} {d['fits']:>5} {100 * d['converged']:>9.0f}% {worse:>14} {twice:>12} "
             f"{d['median_fit_seconds']:>13.2f} {d['total_fit_seconds']:>12.1f} "
