@@ -47,6 +47,8 @@ from ..solvers._search import (
     head_restarts_schedule,
     race,
     race_schedule,
+    reassign_experts,
+    reassign_schedule,
     restart_heads,
     search_rounds_schedule,
     starts_to_stop,
@@ -148,6 +150,15 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         lowered the certified failures from 57 to 26 of 432 fits (11 with the longer race of
         ``race_iter="auto"``; documentation: the
         solver page).
+    reassign_experts : bool or "auto", default="auto"
+        ``solver="lm"`` only: after the head restarts (or the race, with one head), try
+        moves that keep the best fit's gates and experts but change which token each
+        expert serves — a head's experts ``a[h, i]`` permuted over its tokens, one
+        channel's ``a[h, :, k]`` permuted, two channels' swapped at one token — raced like
+        the head restarts, alternating with them while either lowers the objective by more
+        than ``1 · σ̂²/n`` (``solvers/_search.py``). ``"auto"``: on for the value and SDPA
+        gates with ``activation="tanh"`` and several heads, off otherwise. XXX figures
+        (documentation: the solver page).
     search_rounds : int or "auto", default="auto"
         ``solver="lm"`` only: most rounds of the whole search (race, then head restarts),
         each from fresh random candidates; the search stops after a round once the best
@@ -214,6 +225,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         starts or ``n_candidates`` may find a lower one.
     head_restart_rounds_ : int
         Rounds of ``head_restarts`` that lowered the objective (0 when off or when none did).
+    reassign_rounds_ : int
+        Rounds of the expert reassignment moves (``reassign_experts``) that lowered the
+        objective (0 when off or when none did).
     search_rounds_ : int
         Rounds of the search that ran (``search_rounds``; 1 for ``solver="lbfgs"``).
     solver_ : {"lm", "lbfgs"}
@@ -261,6 +275,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         n_candidates="auto",
         race_iter="auto",
         head_restarts="auto",
+        reassign_experts="auto",
         search_rounds="auto",
         param_bound=10.0,
         omega_max=10.0,
@@ -284,6 +299,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         self.n_candidates = n_candidates
         self.race_iter = race_iter
         self.head_restarts = head_restarts
+        self.reassign_experts = reassign_experts
         self.search_rounds = search_rounds
         self.param_bound = param_bound
         self.omega_max = omega_max
@@ -324,6 +340,10 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             )
         _check_auto_count(self.head_restarts, "head_restarts", 0, "0 (0: off)")
         _check_auto_count(self.search_rounds, "search_rounds", 1)
+        if not (isinstance(self.reassign_experts, str) and self.reassign_experts == "auto"):
+            if not isinstance(self.reassign_experts, (bool, np.bool_)):
+                raise ValueError("reassign_experts must be 'auto', True or False; got "
+                                 f"{self.reassign_experts!r}.")
         return H, N, K
 
     def _head_restarts(self, H):
@@ -334,6 +354,13 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         if isinstance(self.head_restarts, str):
             return head_restarts_schedule(H)
         return int(self.head_restarts)
+
+    def _reassign(self, H):
+        """Whether the expert reassignment moves run: ``"auto"`` is ``reassign_schedule`` of
+        ``solvers/_search.py`` (the value and SDPA gates with tanh and several heads)."""
+        if isinstance(self.reassign_experts, str):
+            return reassign_schedule(self.gate, self.activation, H)
+        return bool(self.reassign_experts)
 
     def _search_rounds(self, H):
         """Most rounds of the whole search: ``"auto"`` is ``search_rounds_schedule`` of
@@ -350,6 +377,31 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         if isinstance(self.race_iter, str):
             return race_schedule(self.gate, H)
         return int(self.race_iter), None
+
+    def _improve_best(self, best, XT, y, shape, bounds, draw, n_restart, reassign, search):
+        """The head restarts (``n_restart`` candidates per head; 0: off), then the expert
+        reassignment moves when ``reassign``, alternating while either improves. Returns
+        ``(best, passes, head_restart_rounds, reassign_rounds)``."""
+        args = (XT, y, shape, self.gate, self.activation, bounds)
+        passes, rounds, moves = 0.0, 0, 0
+        if n_restart > 0:
+            best, extra, rounds = restart_heads(
+                best, *args, draw, n_per_head=n_restart, max_rounds=HEAD_RESTART_ROUNDS,
+                **search)
+            passes += extra
+        while reassign:
+            best, extra, moved = reassign_experts(best, *args, max_rounds=HEAD_RESTART_ROUNDS,
+                                                  **search)
+            passes, moves = passes + extra, moves + moved
+            if not moved or n_restart == 0:
+                break
+            best, extra, improved = restart_heads(
+                best, *args, draw, n_per_head=n_restart, max_rounds=HEAD_RESTART_ROUNDS,
+                **search)
+            passes, rounds = passes + extra, rounds + improved
+            if not improved:
+                break
+        return best, passes, rounds, moves
 
     def _n_candidates(self, H):
         """Random starts drawn per search round: ``"auto"`` is ``candidates_schedule`` of
@@ -487,7 +539,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 verbose=self.verbose, fit_intercept=fit_intercept, alpha=alpha,
             )
             n_restart = self._head_restarts(H)
-            results, abandoned, rounds = [], 0, 0
+            reassign = self._reassign(H)
+            results, abandoned, rounds, moves = [], 0, 0, 0
             to_stop = starts_to_stop(self.gate, self.activation)
             for r in range(self._search_rounds(H)):
                 if r > 0:  # a fresh search: new candidates, raced, then the head restarts
@@ -499,13 +552,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 found, abandoned = list(found), abandoned + spent
                 # (objectives are finite or inf; with none finite the error below says why)
                 objs = np.array([f.objective for f in found])
-                if n_restart > 0 and np.isfinite(objs).any():
+                if (n_restart > 0 or reassign) and np.isfinite(objs).any():
                     ib = int(np.argmin(objs))
-                    found[ib], extra, improved = restart_heads(
-                        found[ib], XT, y, shape, self.gate, self.activation, (lower, upper),
-                        draw, n_per_head=n_restart, max_rounds=HEAD_RESTART_ROUNDS, **search,
-                    )
-                    abandoned, rounds = abandoned + extra, rounds + improved
+                    found[ib], extra, improved, moved = self._improve_best(
+                        found[ib], XT, y, shape, (lower, upper), draw, n_restart, reassign,
+                        search)
+                    abandoned, rounds, moves = abandoned + extra, rounds + improved, moves + moved
                 results += found
                 # the optimum found twice (three times with signed weights), by starts of one
                 # round or of several: done
@@ -518,8 +570,10 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                     break
             self.search_rounds_ = r + 1
             self.head_restart_rounds_ = rounds
+            self.reassign_rounds_ = moves
         else:
             self.head_restart_rounds_ = 0
+            self.reassign_rounds_ = 0
             self.search_rounds_ = 1
             results = run_starts(
                 starts, XT, y, shape, self.gate, self.activation,
@@ -644,6 +698,7 @@ class _PresetRegressor(HMoERegressor):
         n_candidates="auto",
         race_iter="auto",
         head_restarts="auto",
+        reassign_experts="auto",
         search_rounds="auto",
         param_bound=10.0,
         omega_max=10.0,
@@ -666,6 +721,7 @@ class _PresetRegressor(HMoERegressor):
         self.n_candidates = n_candidates
         self.race_iter = race_iter
         self.head_restarts = head_restarts
+        self.reassign_experts = reassign_experts
         self.search_rounds = search_rounds
         self.param_bound = param_bound
         self.omega_max = omega_max

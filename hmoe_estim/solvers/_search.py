@@ -30,6 +30,14 @@ oracle (nothing about the truth), only the data and ordinary random starts:
   without redrawing the right head, which a fresh start would. On the two-head truths of
   ``benchmarks/bench_solver.py``, with the two-round race, the certified failures fell from
   57 to 26 of 432 fits (13% to 6.0%; 11 with the longer race of several gated heads).
+- **Expert reassignment** (:func:`reassign_experts`, the default for the value and SDPA gates
+  with tanh and several heads): moves of the incumbent that keep its gates and its set of
+  experts but change which token an expert serves — the experts ``a[h, i]`` of a head
+  permuted over its tokens, one channel's experts ``a[h, :, k]`` permuted, or two channels'
+  experts swapped at one token — raced like the head restarts, alternating with them while
+  either improves. A mixture of experts often stops with a gate region served by another
+  region's expert; a gradient method cannot swap them, a move can. XXX measured figures
+  (see the solver page).
 - **Perturb-and-refit** (:func:`hop`, not a default): redraw or negate one channel of the
   incumbent at a time and race the candidates. Measured on 12 fits of hard tanh truths, it
   improved none; more raced candidates fixed them (see the user guide's solver page).
@@ -40,13 +48,16 @@ oracle (nothing about the truth), only the data and ordinary random starts:
   often agree on a local optimum).
 """
 
+import itertools
+
 import numpy as np
 
 from .._validation import check_activation, check_gate
 
 __all__ = ["has_sign_symmetry", "fold_signs", "signed_bounds", "count_agreeing", "race", "hop",
-           "restart_heads", "candidates_schedule", "head_restarts_schedule", "race_schedule",
-           "search_rounds_schedule", "starts_to_stop"]
+           "restart_heads", "reassign_experts", "reassignments", "candidates_schedule",
+           "head_restarts_schedule", "race_schedule", "search_rounds_schedule",
+           "reassign_schedule", "starts_to_stop"]
 
 #: Candidates raced per start kept (the estimator's ``n_candidates="auto"``,
 #: :func:`candidates_schedule`) ...
@@ -184,6 +195,14 @@ def search_rounds_schedule(gate, activation, n_heads):
     if _signed_gated(gate, activation):
         return SEARCH_ROUNDS_SIGNED
     return SEARCH_ROUNDS if gate in ("value", "sdpa") and n_heads > 1 else 1
+
+
+def reassign_schedule(gate, activation, n_heads):
+    """Whether the estimator's ``reassign_experts="auto"`` runs the expert reassignment moves
+    (:func:`reassign_experts`): for the value and SDPA gates with signed weights (tanh) and
+    several heads, the group whose certified failures they repaired; elsewhere the design
+    had none left to repair."""
+    return n_heads > 1 and _signed_gated(gate, activation)
 
 
 def starts_to_stop(gate, activation):
@@ -442,3 +461,82 @@ def restart_heads(best, XT, y, shape, gate, activation, bounds, draw, *, n_per_h
                     max_rounds=max_rounds, n_keep=n_keep, race_iter=race_iter,
                     max_iter=max_iter, tol=tol, signed=signed, race_samples=race_samples,
                     n_jobs=n_jobs, verbose=verbose, fit_intercept=fit_intercept, alpha=alpha)
+
+
+#: With more tokens than this, the reassignment moves permute tokens by transpositions only
+#: (``N (N − 1) / 2`` per head instead of ``N! − 1``).
+REASSIGN_ALL_PERMUTATIONS = 4
+
+
+def reassignments(theta, shape):
+    """The candidates of :func:`reassign_experts`: ``theta`` with its experts reassigned.
+
+    For every head ``h`` (``a`` of shape ``(H, N, K, D)``; ``ω``, ``M`` and an intercept kept):
+
+    - every channel's experts permuted over the tokens, ``a'[h, i] = a[h, π(i)]``;
+    - one channel's experts permuted, ``a'[h, i, k] = a[h, π(i), k]`` (``K >= 2``);
+    - two channels' experts swapped at one token, ``a'[h, i, k] = a[h, i, l]`` and back
+      (``K >= 2``, ``N >= 2``; at every token at once it would be a relabelling).
+
+    ``π`` runs over the permutations of the ``N`` tokens other than the identity (only the
+    transpositions when ``N > REASSIGN_ALL_PERMUTATIONS``). Permuting ``M`` with the experts
+    would leave ``f`` unchanged (the softmax gauge of the docs' Voronoi loss); permuting
+    the experts alone moves each one to another gate region.
+    """
+    H, N, K, D = shape
+    _, _, o2 = _offsets(shape)
+    theta = np.asarray(theta, dtype=np.float64)
+    a = theta[o2:o2 + H * N * K * D].reshape(H, N, K, D)
+    identity = tuple(range(N))
+    if N <= REASSIGN_ALL_PERMUTATIONS:
+        perms = [list(p) for p in itertools.permutations(range(N)) if p != identity]
+    else:
+        perms = []
+        for i, j in itertools.combinations(range(N), 2):
+            p = list(identity)
+            p[i], p[j] = j, i
+            perms.append(p)
+    out = []
+
+    def new():
+        t = theta.copy()
+        return t, t[o2:o2 + H * N * K * D].reshape(H, N, K, D)
+
+    for h in range(H):
+        for p in perms:
+            t, ta = new()
+            ta[h] = a[h, p]
+            out.append(t)
+        if K >= 2:
+            for k in range(K):
+                for p in perms:
+                    t, ta = new()
+                    ta[h, :, k] = a[h, p, k]
+                    out.append(t)
+            if N >= 2:
+                for i in range(N):
+                    for k, m in itertools.combinations(range(K), 2):
+                        t, ta = new()
+                        ta[h, i, k], ta[h, i, m] = a[h, i, m], a[h, i, k]
+                        out.append(t)
+    return out
+
+
+def reassign_experts(best, XT, y, shape, gate, activation, bounds, *, max_rounds, race_iter,
+                     max_iter, tol, signed, race_samples=None, n_keep=2, n_jobs=None, verbose=0,
+                     fit_intercept=False, alpha=0.0):
+    """Expert reassignment moves of the incumbent; returns ``(best, passes, rounds)``.
+
+    Each round races the candidates of :func:`reassignments` of ``best`` (an ``LMResult``;
+    :func:`race`, ``n_keep`` kept and run to convergence, all parameters free) and keeps the
+    best when it lowers the objective by more than ``1 · σ̂²/n``; it stops after a round
+    without that, or after ``max_rounds``. A mixture of experts often stops with an expert
+    in another token's gate region; a local solver cannot swap experts, a move can.
+    ``rounds`` counts the rounds that improved, ``passes`` the kernel passes in units of
+    passes over the full data. The objective of the result is never above ``best``'s.
+    """
+    return _improve(best, lambda theta: reassignments(theta, shape), XT, y, shape, gate,
+                    activation, bounds, max_rounds=max_rounds, n_keep=n_keep,
+                    race_iter=race_iter, max_iter=max_iter, tol=tol, signed=signed,
+                    race_samples=race_samples, n_jobs=n_jobs, verbose=verbose,
+                    fit_intercept=fit_intercept, alpha=alpha)
