@@ -51,6 +51,7 @@ from ..solvers._search import (
     reassign_schedule,
     restart_heads,
     search_rounds_schedule,
+    soft_mode_moves,
     starts_to_stop,
 )
 from . import _guards
@@ -392,7 +393,10 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         while reassign:
             best, extra, moved = reassign_experts(best, *args, max_rounds=HEAD_RESTART_ROUNDS,
                                                   **search)
-            passes, moves = passes + extra, moves + moved
+            best, extra2, moved2 = soft_mode_moves(best, *args, max_rounds=HEAD_RESTART_ROUNDS,
+                                                   **search)
+            passes, moved = passes + extra + extra2, moved + moved2
+            moves += moved
             if not moved or n_restart == 0:
                 break
             best, extra, improved = restart_heads(

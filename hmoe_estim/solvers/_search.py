@@ -57,7 +57,7 @@ from .._validation import check_activation, check_gate
 __all__ = ["has_sign_symmetry", "fold_signs", "signed_bounds", "count_agreeing", "race", "hop",
            "restart_heads", "reassign_experts", "reassignments", "candidates_schedule",
            "head_restarts_schedule", "race_schedule", "search_rounds_schedule",
-           "reassign_schedule", "starts_to_stop"]
+           "reassign_schedule", "soft_mode_steps", "soft_mode_moves", "starts_to_stop"]
 
 #: Candidates raced per start kept (the estimator's ``n_candidates="auto"``,
 #: :func:`candidates_schedule`) ...
@@ -140,6 +140,13 @@ AGREE_TO_STOP = 2
 #: no fit got worse (the 196 tanh fits that had stopped with two re-fitted; ×1.93 their
 #: kernel passes, ×1.33 over the design's 400 value/SDPA tanh fits).
 AGREE_TO_STOP_SIGNED = 3
+
+#: Soft-mode moves (:func:`soft_mode_moves`): steps along this many eigenvectors of the
+#: scaled Gauss–Newton matrix with the smallest eigenvalues ...
+SOFT_MODES = 12
+#: ... each of these lengths (the largest entry of the step; both signs). Steps of 0.5–2
+#: fell back into the local optimum they left on the hard corner of the solver page.
+SOFT_STEPS = (2.0, 4.0, 8.0)
 
 #: Odd activations: ``φ(−z) = −φ(z)``.
 ODD_ACTIVATIONS = ("tanh",)
@@ -520,6 +527,68 @@ def reassignments(theta, shape):
                         ta[h, i, k], ta[h, i, m] = a[h, i, m], a[h, i, k]
                         out.append(t)
     return out
+
+
+def soft_mode_steps(theta, XT, y, shape, gate, activation, *, n_modes=SOFT_MODES,
+                    steps=SOFT_STEPS):
+    """The candidates of :func:`soft_mode_moves`: long steps from ``theta`` along its softest
+    directions.
+
+    ``JᵀJ`` (:func:`hmoe_estim.kernels.jacobian.gauss_newton_sums`, at ``theta``; an
+    intercept after the measure's parameters is the offset and is not moved) is scaled to
+    unit diagonal, ``S = D⁻¹ JᵀJ D⁻¹``; for each of its ``n_modes`` eigenvectors ``v`` with the
+    smallest eigenvalues the direction ``u = D⁻¹ v``, scaled to a largest entry of one, gives
+    the candidates ``theta ± s u`` for ``s`` in ``steps``. A soft direction changes the
+    function least per unit of parameter change: along it lie the near-flat valleys between
+    representations of almost the same function (for linear experts an exact one: a linear
+    function added to every expert of one head and taken from another's, ``Σ_i g_{h,i} = 1``).
+    """
+    from .._names import ACTIVATION_CODES, GATE_CODES
+    from ..kernels.jacobian import gauss_newton_sums
+
+    H, N, K, D = shape
+    theta = np.asarray(theta, dtype=np.float64)
+    P = _offsets(shape)[2] + H * N * K * D
+    offset = float(theta[P]) if theta.shape[0] > P else 0.0
+    JtJ = gauss_newton_sums(theta[:P], XT, y, H, N, K, D, GATE_CODES[gate],
+                            ACTIVATION_CODES[activation], offset)[0]
+    d = np.sqrt(np.diag(JtJ))
+    d = np.where(d > 0, d, 1.0)
+    _, V = np.linalg.eigh(JtJ / np.outer(d, d))
+    out = []
+    for j in range(min(n_modes, P)):
+        u = V[:, j] / d
+        u /= np.max(np.abs(u))
+        for s in steps:
+            for sign in (1.0, -1.0):
+                t = theta.copy()
+                t[:P] += sign * s * u
+                out.append(t)
+    return out
+
+
+def soft_mode_moves(best, XT, y, shape, gate, activation, bounds, *, max_rounds, race_iter,
+                    max_iter, tol, signed, race_samples=None, n_keep=2, n_jobs=None,
+                    verbose=0, fit_intercept=False, alpha=0.0):
+    """Soft-mode moves of the incumbent; returns ``(best, passes, rounds)``.
+
+    Each round races the candidates of :func:`soft_mode_steps` of ``best`` (clipped to the
+    box; signed weights when ``signed``) like :func:`reassign_experts`, and keeps the best when
+    it lowers the objective by more than ``1 · σ̂²/n``. Two heads that share out almost the
+    same function differently sit in a valley that is nearly flat along a direction mixing
+    both heads' experts; the gradient stops on its floor, a long step along the softest
+    directions of ``JᵀJ`` reaches the next basin.
+    """
+    lower, upper = signed_bounds(bounds, shape) if signed else bounds
+
+    def candidates(theta):
+        return [np.clip(t, lower, upper)
+                for t in soft_mode_steps(theta, XT, y, shape, gate, activation)]
+
+    return _improve(best, candidates, XT, y, shape, gate, activation, bounds,
+                    max_rounds=max_rounds, n_keep=n_keep, race_iter=race_iter,
+                    max_iter=max_iter, tol=tol, signed=signed, race_samples=race_samples,
+                    n_jobs=n_jobs, verbose=verbose, fit_intercept=fit_intercept, alpha=alpha)
 
 
 def reassign_experts(best, XT, y, shape, gate, activation, bounds, *, max_rounds, race_iter,
