@@ -49,7 +49,9 @@ def test_head_restarts_repair_a_certified_local_optimum():
                                 activation="tanh", noise=0.1, random_state=10000)
     truth = float(np.mean((y - regression_function(G, X, gate="value", activation="tanh")) ** 2))
     kw = dict(n_heads=2, n_tokens=2, n_experts=2, gate="value", activation="tanh",
-              search_rounds=1, random_state=0)  # one round: the restarts' effect alone
+              search_rounds=1, reassign_experts=False,
+              random_state=0)  # one round, no moves: the restarts' effect alone (the soft-mode
+    # moves of reassign_experts="auto" reach below the truth here without head restarts)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         off = HMoERegressor(head_restarts=0, **kw).fit(X, y)

@@ -130,7 +130,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``; for the ungated
         MHA, ``gate="none"``, ``16 · n_starts`` per head). Must be
         ``>= n_starts``; ``n_candidates = n_starts`` switches racing off. On the solver
-        benchmark's two-head truths the defaults end above the truth's objective in 3 of 864
+        benchmark's two-head truths the defaults end above the truth's objective in 1 of 864
         fits (one head: none of 936); with several heads, raising it can help (before the
         head restarts, 512 candidates fixed 9 of 13 such fits at 4× the time; documentation:
         the solver page).
@@ -155,11 +155,15 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         ``solver="lm"`` only: after the head restarts (or the race, with one head), try
         moves that keep the best fit's gates and experts but change which token each
         expert serves — a head's experts ``a[h, i]`` permuted over its tokens, one
-        channel's ``a[h, :, k]`` permuted, two channels' swapped at one token — raced like
-        the head restarts, alternating with them while either lowers the objective by more
-        than ``1 · σ̂²/n`` (``solvers/_search.py``). ``"auto"``: on for the value and SDPA
-        gates with ``activation="tanh"`` and several heads, off otherwise. XXX figures
-        (documentation: the solver page).
+        channel's ``a[h, :, k]`` permuted, two channels' swapped at one token — then
+        soft-mode moves, long steps (2, 4, 8, both signs) from the best fit along the 12
+        directions in which it changes the function least (the softest eigenvectors of the
+        scaled Gauss–Newton matrix ``JᵀJ``). Each family is raced like the head restarts;
+        they alternate with the head restarts while any lowers the objective by more than
+        ``1 · σ̂²/n`` (``solvers/_search.py``). ``"auto"``: on for the value and SDPA gates
+        with ``activation="tanh"`` and several heads, off otherwise. On the solver
+        benchmark's 192 two-head value/SDPA tanh fits: certified failures 3 → 1, at ×1.71
+        their time (documentation: the solver page).
     search_rounds : int or "auto", default="auto"
         ``solver="lm"`` only: most rounds of the whole search (race, then head restarts),
         each from fresh random candidates; the search stops after a round once the best
@@ -227,8 +231,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
     head_restart_rounds_ : int
         Rounds of ``head_restarts`` that lowered the objective (0 when off or when none did).
     reassign_rounds_ : int
-        Rounds of the expert reassignment moves (``reassign_experts``) that lowered the
-        objective (0 when off or when none did).
+        Rounds of the moves (``reassign_experts``: expert reassignment and soft-mode
+        steps) that lowered the objective (0 when off or when none did).
     search_rounds_ : int
         Rounds of the search that ran (``search_rounds``; 1 for ``solver="lbfgs"``).
     solver_ : {"lm", "lbfgs"}
@@ -380,8 +384,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         return int(self.race_iter), None
 
     def _improve_best(self, best, XT, y, shape, bounds, draw, n_restart, reassign, search):
-        """The head restarts (``n_restart`` candidates per head; 0: off), then the expert
-        reassignment moves when ``reassign``, alternating while either improves. Returns
+        """The head restarts (``n_restart`` candidates per head; 0: off), then, when
+        ``reassign``, the expert reassignment and the soft-mode moves, alternating with the
+        head restarts while any improves. Returns
         ``(best, passes, head_restart_rounds, reassign_rounds)``."""
         args = (XT, y, shape, self.gate, self.activation, bounds)
         passes, rounds, moves = 0.0, 0, 0
