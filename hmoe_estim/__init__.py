@@ -29,7 +29,7 @@ if "OMP_WAIT_POLICY" not in os.environ:
 from . import _moved
 from ._names import ACTIVATIONS, GATES  # noqa: F401 (public names)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 _moved.install()
 

@@ -70,6 +70,13 @@ def test_rates_json_carries_the_certificate(tmp_path, run_tiny):
         assert cert["certified_only"] is False and cert["dropped"] == 0
     on_disk = json.loads((out / "rates.json").read_text())
     assert on_disk[model]["certificate"]["fits"] == 4
+    # the share found twice is written next to the failures, counted like the printed table
+    from hmoe_estim.study import fit_diagnostics
+
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    table = fit_diagnostics(recs)
+    for model, entry in on_disk.items():
+        assert entry["certificate"]["found_twice"] == table[model]["found_twice"]
     # the table lists metrics only
     assert "certificate" not in format_rates_table(rates)
 
@@ -90,6 +97,11 @@ def test_cli_headline_and_certified_only(tmp_path, run_tiny, capsys):
     rates = json.loads((out / "rates.json").read_text())
     assert rates[rec["model"]]["certificate"]["dropped"] == 1
     assert rates[rec["model"]]["certificate"]["certified_only"] is True
+    # found twice counts every fit of the model, the dropped one included
+    from hmoe_estim.study import fit_diagnostics
+
+    assert (rates[rec["model"]]["certificate"]["found_twice"]
+            == fit_diagnostics(recs)[rec["model"]]["found_twice"])
 
 
 def test_records_store_how_many_starts_agreed(tmp_path, run_tiny):

@@ -97,10 +97,11 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
     dict
         ``{model: {metric: {...}, "certificate": {...}}}`` as written (see
         :func:`hmoe_estim.study.fit_rates`); ``certificate`` holds the model's fits, the fits
-        checked, the certified failures, their rate, whether the rates use certified fits only
-        and how many fits that dropped; ``identifiability`` holds the model's verdict and each
-        parameter metric a ``"reading"`` of its slope
-        (:func:`hmoe_estim.metrics.annotate_rates`).
+        checked, the certified failures, their rate, whether the rates use certified fits only,
+        how many fits that dropped and ``found_twice``, the share of the model's fits whose
+        best objective two or more starts reached (:func:`fit_diagnostics`);
+        ``identifiability`` holds the model's verdict and each parameter metric a
+        ``"reading"`` of its slope (:func:`hmoe_estim.metrics.annotate_rates`).
     """
     from ._certificate import certified_records
     from ._rates import RATE_METRICS, rates_from_records
@@ -111,15 +112,21 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
     if not records:
         raise StudyError(f"{out} has no finished fits yet; run the study first.")
     summary = certificate_summary(records)
+    all_records = records
     dropped = {m: 0 for m in summary}
     if certified_only:
         records, dropped = certified_records(records)
     rates = rates_from_records(records, metrics=metrics or RATE_METRICS, eps=eps, n_boot=n_boot,
                                random_state=config.seed)
+    # found twice: the hint a user without a truth also has, over all of the model's fits
+    twice = {}
+    for rec in all_records:
+        twice.setdefault(rec["model"], []).append(starts_agreeing(rec) >= 2)
     for model, cert in summary.items():
         entry = rates.setdefault(model, {})
         entry["certificate"] = {**cert, "certified_only": bool(certified_only),
-                                "dropped": dropped.get(model, 0)}
+                                "dropped": dropped.get(model, 0),
+                                "found_twice": float(np.mean(twice[model]))}
     # the identifiability verdict of each model next to its slopes
     from ..metrics._identifiability import annotate_rates
 
