@@ -396,11 +396,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 **search)
             passes += extra
         while reassign:
-            best, extra, moved = reassign_experts(best, *args, max_rounds=HEAD_RESTART_ROUNDS,
-                                                  **search)
-            best, extra2, moved2 = soft_mode_moves(best, *args, max_rounds=HEAD_RESTART_ROUNDS,
-                                                   **search)
-            passes, moved = passes + extra + extra2, moved + moved2
+            moved = 0
+            for move in (reassign_experts, soft_mode_moves):
+                best, extra, improved = move(best, *args, max_rounds=HEAD_RESTART_ROUNDS,
+                                             **search)
+                passes, moved = passes + extra, moved + improved
             moves += moved
             if not moved or n_restart == 0:
                 break

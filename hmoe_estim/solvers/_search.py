@@ -554,10 +554,11 @@ def soft_mode_steps(theta, XT, y, shape, gate, activation, *, n_modes=SOFT_MODES
     """
     from .._names import ACTIVATION_CODES, GATE_CODES
     from ..kernels.jacobian import gauss_newton_sums
+    from ..model import n_params
 
     H, N, K, D = shape
     theta = np.asarray(theta, dtype=np.float64)
-    P = _offsets(shape)[2] + H * N * K * D
+    P = n_params(H, N, K, D)
     offset = float(theta[P]) if theta.shape[0] > P else 0.0
     JtJ = gauss_newton_sums(theta[:P], XT, y, H, N, K, D, GATE_CODES[gate],
                             ACTIVATION_CODES[activation], offset)[0]

@@ -22,6 +22,19 @@ def starts_agreeing(record):
     return count_agreeing(record.get("start_objectives", []), record["n"], AGREE_TOL)
 
 
+def _by_model(records):
+    """``{model: [records]}`` in first-seen order."""
+    out = {}
+    for rec in records:
+        out.setdefault(rec["model"], []).append(rec)
+    return out
+
+
+def _found_twice(records):
+    """Share of ``records`` whose best objective two or more starts reached."""
+    return float(np.mean([starts_agreeing(r) >= 2 for r in records]))
+
+
 def fit_diagnostics(records):
     """Per model: fits, converged share, share of fits worse than ``G*`` on their own data,
     share whose best objective was found by two or more starts, median fit seconds and mean
@@ -36,17 +49,14 @@ def fit_diagnostics(records):
     agree on a local optimum, and over-specified fits (``K > K*``) often end with distinct
     near-equal optima.
     """
-    out = {}
-    for rec in records:
-        out.setdefault(rec["model"], []).append(rec)
     certificate = certificate_summary(records)
     table = {}
-    for model, recs in out.items():
+    for model, recs in _by_model(records).items():
         table[model] = {
             "fits": len(recs),
             "converged": float(np.mean([bool(r["converged"]) for r in recs])),
             "worse_than_truth": certificate[model]["failure_rate"],
-            "found_twice": float(np.mean([starts_agreeing(r) >= 2 for r in recs])),
+            "found_twice": _found_twice(recs),
             "median_fit_seconds": float(np.median([r["fit_seconds"] for r in recs])),
             "total_fit_seconds": float(np.sum([r["fit_seconds"] for r in recs])),
             "mean_extra_weight": float(np.mean([r.get("extra_weight", 0.0) for r in recs])),
@@ -112,21 +122,18 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
     if not records:
         raise StudyError(f"{out} has no finished fits yet; run the study first.")
     summary = certificate_summary(records)
-    all_records = records
+    # found twice: the hint a user without a truth also has, over all of the model's fits
+    twice = {model: _found_twice(recs) for model, recs in _by_model(records).items()}
     dropped = {m: 0 for m in summary}
     if certified_only:
         records, dropped = certified_records(records)
     rates = rates_from_records(records, metrics=metrics or RATE_METRICS, eps=eps, n_boot=n_boot,
                                random_state=config.seed)
-    # found twice: the hint a user without a truth also has, over all of the model's fits
-    twice = {}
-    for rec in all_records:
-        twice.setdefault(rec["model"], []).append(starts_agreeing(rec) >= 2)
     for model, cert in summary.items():
         entry = rates.setdefault(model, {})
         entry["certificate"] = {**cert, "certified_only": bool(certified_only),
                                 "dropped": dropped.get(model, 0),
-                                "found_twice": float(np.mean(twice[model]))}
+                                "found_twice": twice[model]}
     # the identifiability verdict of each model next to its slopes
     from ..metrics._identifiability import annotate_rates
 
