@@ -168,9 +168,8 @@ def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed):
 
     from hmoe_estim import HMoERegressor
     from hmoe_estim._names import ACTIVATION_CODES, GATE_CODES
-    from hmoe_estim.initialization import random_start
     from hmoe_estim.kernels.jacobian import sum_of_squares
-    from hmoe_estim.model import make_bounds, pack
+    from hmoe_estim.model import make_bounds, pack, random_start
 
     H, N, K, D = shape
     n = len(y)

@@ -9,14 +9,9 @@ import pytest
 
 from hmoe_estim import MixingMeasure, regression_function, voronoi_cells, voronoi_loss
 from hmoe_estim.datasets._generator import random_measure
-from hmoe_estim.metrics import (
-    annotate_rates,
-    expert_error,
-    identifiability_report,
-    regression_jacobian,
-    study_verdicts,
-)
+from hmoe_estim.metrics import expert_error, identifiability_report, regression_jacobian
 from hmoe_estim.model import pack, unpack
+from hmoe_estim.study import annotate_rates, study_verdicts
 
 from .reference import f_ref
 from .test_voronoi import slow_branches, slow_pair_cost

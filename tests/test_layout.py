@@ -1,14 +1,18 @@
-"""The package's layout: every public import path of earlier releases still works, the
-subpackages re-export their public names, and there is no import cycle."""
+"""The package's layout: every public import path of earlier releases still works (the old
+module paths with a ``DeprecationWarning``), the subpackages re-export their public names, and
+there is no import cycle (the layering itself: ``test_import_graph.py``)."""
 
 import importlib
 import pickle
+import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 
 import hmoe_estim
+from hmoe_estim import _moved
 
 #: ``from hmoe_estim import NAME`` for every top-level public name of release 0.1.0
 TOP_LEVEL = [
@@ -52,8 +56,32 @@ OLD_PATHS = {
     "hmoe_estim.cli": ["main", "build_parser"],
 }
 
+#: old paths that are the new subpackages themselves: they import without a warning
+SUBPACKAGE_PATHS = ("hmoe_estim.datasets", "hmoe_estim.attention", "hmoe_estim.study")
+
 SUBPACKAGES = ["model", "kernels", "estimators", "solvers", "metrics", "datasets", "attention",
                "study"]
+
+
+@pytest.fixture
+def forget_alias(monkeypatch):
+    """Drop an old path from the import cache for one test, so that importing it warns again
+    (the alias warns once per process: later imports are answered by ``sys.modules``)."""
+
+    def forget(path):
+        assert path in _moved.MOVED_MODULES, path  # never a real module: it would run twice
+        monkeypatch.delitem(sys.modules, path, raising=False)
+        monkeypatch.delattr(hmoe_estim, path.rpartition(".")[2], raising=False)
+
+    return forget
+
+
+def _deprecation(path):
+    """``pytest.warns`` of the warning an import of the old path ``path`` gives."""
+    new = _moved.public_path(path)
+    return pytest.warns(DeprecationWarning, match=(
+        rf"^{re.escape(path)} is deprecated and will be removed in 0\.4\.0: import from "
+        rf"{re.escape(new)} instead"))
 
 
 @pytest.mark.parametrize("name", TOP_LEVEL)
@@ -63,8 +91,17 @@ def test_top_level_names(name):
 
 
 @pytest.mark.parametrize("path", sorted(OLD_PATHS))
-def test_old_module_paths_still_import(path):
-    module = importlib.import_module(path)
+def test_old_module_paths_still_import(path, forget_alias):
+    if path in SUBPACKAGE_PATHS:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(path)
+        assert not [w for w in caught if "deprecated" in str(w.message) and path in
+                    str(w.message)], "a subpackage of the new layout warns as an old path"
+    else:
+        forget_alias(path)
+        with _deprecation(path):
+            module = importlib.import_module(path)
     for name in OLD_PATHS[path]:
         assert hasattr(module, name), f"{path}.{name}"
         exec(f"from {path} import {name}", {})
@@ -72,26 +109,63 @@ def test_old_module_paths_still_import(path):
     assert module.__spec__.name == module.__name__
 
 
-def test_old_and_new_paths_give_the_same_objects():
-    from hmoe_estim.config import StudyConfig as old_config
-    from hmoe_estim.estimator import HMoERegressor as old_estimator
+def test_the_aliases_are_the_paths_of_0_1_0():
+    # hmoe_estim.identifiability was never released: no alias
+    assert set(_moved.MOVED_MODULES) == set(OLD_PATHS) - set(SUBPACKAGE_PATHS)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("hmoe_estim.identifiability")
+
+
+@pytest.mark.parametrize("path", sorted(set(OLD_PATHS) - set(SUBPACKAGE_PATHS)))
+def test_the_path_the_warning_names_has_the_old_names(path):
+    new = importlib.import_module(_moved.public_path(path))
+    renamed = _moved.RENAMED.get(path, {})
+    missing = [renamed.get(name, name) for name in OLD_PATHS[path]
+               if renamed.get(name, name) not in getattr(new, "__all__", ())]
+    assert not missing, f"{_moved.public_path(path)} does not export {missing} of {path}"
+
+
+def test_an_old_path_warns_once_and_at_the_importing_line(forget_alias):
+    forget_alias("hmoe_estim.voronoi")
+    with _deprecation("hmoe_estim.voronoi") as caught:
+        import hmoe_estim.voronoi  # noqa: F401
+    assert [w.filename for w in caught] == [__file__]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        importlib.import_module("hmoe_estim.voronoi")  # from the import cache: no warning
+
+
+def test_old_and_new_paths_give_the_same_objects(forget_alias):
     from hmoe_estim.estimators import HMoERegressor
     from hmoe_estim.metrics import VoronoiCells
     from hmoe_estim.study import StudyConfig
-    from hmoe_estim.voronoi import VoronoiCells as old_cells
+
+    for path in ("hmoe_estim.config", "hmoe_estim.estimator", "hmoe_estim.voronoi"):
+        forget_alias(path)
+    with _deprecation("hmoe_estim.config"):
+        from hmoe_estim.config import StudyConfig as old_config
+    with _deprecation("hmoe_estim.estimator"):
+        from hmoe_estim.estimator import HMoERegressor as old_estimator
+    with _deprecation("hmoe_estim.voronoi"):
+        from hmoe_estim.voronoi import VoronoiCells as old_cells
 
     assert old_estimator is HMoERegressor
     assert old_cells is VoronoiCells
     assert old_config is StudyConfig
 
 
-def test_pickles_of_the_old_layout_load():
+def test_pickles_of_the_old_layout_load(forget_alias):
     # an estimator pickled by release 0.1.0 names its class hmoe_estim.estimator.HMoERegressor
     est = hmoe_estim.HMoERegressor(n_experts=1)
     data = pickle.dumps(est, protocol=0).replace(
         b"hmoe_estim.estimators._regressor", b"hmoe_estim.estimator")
     assert b"hmoe_estim.estimator\n" in data
-    assert type(pickle.loads(data)) is hmoe_estim.HMoERegressor
+    forget_alias("hmoe_estim.estimator")
+    with _deprecation("hmoe_estim.estimator"):
+        loaded = pickle.loads(data)
+    assert type(loaded) is hmoe_estim.HMoERegressor
+    # pickled again, it names the new path and loads without the alias
+    assert b"hmoe_estim.estimators._regressor" in pickle.dumps(loaded, protocol=0)
 
 
 @pytest.mark.parametrize("sub", SUBPACKAGES)

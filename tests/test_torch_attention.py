@@ -250,7 +250,7 @@ def test_import_error_names_the_extra(monkeypatch):
 def test_teacher_measure_is_a_study_truth(tmp_path):
     """A layer's measure saved as JSON is the truth of a study config (truth.file)."""
     from hmoe_estim.attention import from_torch
-    from hmoe_estim.config import load_config
+    from hmoe_estim.study import load_config
 
     m = _module(2, 1, seed=2, bias=False)
     import torch

@@ -21,8 +21,8 @@ import numbers
 import numpy as np
 
 from .._validation import check_activation, check_gate
-from ..kernels.activations import phi as _phi
-from ..model._measure import MixingMeasure
+from ..kernels import phi as _phi
+from ..model import MixingMeasure
 
 __all__ = ["multihead_attention", "attention_to_measure"]
 

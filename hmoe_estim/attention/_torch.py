@@ -57,7 +57,7 @@ import numbers
 import numpy as np
 
 from .._validation import check_activation, check_gate
-from ..model._measure import MixingMeasure
+from ..model import MixingMeasure
 from ._conversion import _check_index, attention_to_measure
 
 __all__ = [

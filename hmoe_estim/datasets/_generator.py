@@ -11,8 +11,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from .._validation import check_activation, check_count, check_gate, check_positive
-from ..model._measure import MixingMeasure
-from ..model._regression import regression_function
+from ..model import MixingMeasure, regression_function
 
 __all__ = ["random_measure", "make_hmoe_regression"]
 

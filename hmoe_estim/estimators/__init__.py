@@ -1,6 +1,9 @@
 """scikit-learn estimators of the HMoE models, fit by least squares (the paper's eq. (3)), and
 the warning they give after a fit that is worse than predicting the mean."""
 
+# for the study configuration (not public API): the memory check of a fit
+from ._guards import MAX_FIT_BYTES as MAX_FIT_BYTES
+from ._guards import fit_memory_bytes as fit_memory_bytes
 from ._regressor import G1Regressor, G2Regressor, HMoERegressor, MHARegressor
 from ._warnings import PoorFitWarning
 

@@ -89,7 +89,7 @@ def fit_memory_bytes(shape, n_samples, gate, n_threads=1):
     ``4 H N K`` rows for the value gate, ``H N K`` for the SDPA gate and ``H N`` otherwise
     (``hmoe_estim/kernels/objective.py``); the data are ``2 n D`` doubles.
     """
-    from ..model._parameters import n_params
+    from ..model import n_params
 
     H, N, K, D = (int(v) for v in shape)
     P = n_params(H, N, K, D)
@@ -109,7 +109,7 @@ def fit_memory_bytes(shape, n_samples, gate, n_threads=1):
 
 def check_fit_size(shape, n_samples, gate, n_threads=1):
     """Raise ``ValueError`` before any allocation when a fit would need > :data:`MAX_FIT_BYTES`."""
-    from ..model._parameters import n_params
+    from ..model import n_params
 
     need = fit_memory_bytes(shape, n_samples, gate, n_threads)
     if need > MAX_FIT_BYTES:
@@ -152,7 +152,7 @@ def input_scale(X):
 
 def theta_factors(shape, s_y, s_x):
     """``v`` with ``theta_scaled = theta * v``: ``1/s_y`` on omega, ``s_x²`` on M, ``s_x`` on a."""
-    from ..model._parameters import n_params
+    from ..model import n_params
 
     H, N, K, D = shape
     T = D * (D + 1) // 2

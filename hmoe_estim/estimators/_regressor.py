@@ -5,11 +5,11 @@ The estimator solves the paper's eq. (3),
     Ĝ_n ∈ argmin_G Σ_j (Y_j − f_G(X_j))²,
 
 over the (H, K, N)-HMoE class of the chosen gate position, with ``omega >= 0`` (A.2),
-``M[h, N-1] = 0`` (A.3) and a box on every parameter (A.1). The loss is non-convex: by default
-many random starts are raced with a bounded Levenberg–Marquardt solver
-(``solvers/_gauss_newton.py``, ``solvers/_search.py``), ``n_starts`` of them run to
-convergence and the best objective is kept; ``solver="lbfgs"`` runs L-BFGS-B from ``n_starts``
-starts instead.
+``M[h, N-1] = 0`` (A.3) and a box on every parameter (A.1). ``fit`` reads as the method:
+validate, scale the data to unit size, search (:class:`hmoe_estim.solvers.Search`: a race of
+random starts with a local solver, moves of the best fit, rounds until the optimum is found
+again), unscale. The search and its knobs live on the ``solver`` object; the estimator keeps
+the model and the data options.
 
 Options for real data, all off by default (the defaults are the paper's model, so studies do
 not move): ``fit_intercept`` (a free constant added to ``f``), ``positive_weights=False``
@@ -19,41 +19,31 @@ predicts its training targets worse than their mean, and why.
 
 Why one module of this size: scikit-learn reads an estimator's parameters from its ``__init__``
 signature, so the presets repeat the signature of :class:`HMoERegressor`, and the parameter
-documentation is long; the fit itself is delegated to the solvers, the guards and the warnings
-modules.
+documentation is long.
 """
 
 import warnings
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._defaults import OMEGA_MAX, PARAM_BOUND, SOLVER
 from .._names import GATE_LABELS
 from .._validation import check_activation, check_count, check_gate, check_positive
-from ..model._measure import MixingMeasure
-from ..model._parameters import make_bounds, n_params, pack, unpack
-from ..model._regression import evaluate
-from ..model._starts import check_init_measure, random_start_theta
-from ..solvers._multistart import run_starts
-from ..solvers._search import (
-    AGREE_TOL,
-    HEAD_RESTART_ROUNDS,
-    candidates_schedule,
-    count_agreeing,
-    has_sign_symmetry,
-    head_restarts_schedule,
-    race,
-    race_schedule,
-    reassign_experts,
-    reassign_schedule,
-    restart_heads,
-    search_rounds_schedule,
-    soft_mode_moves,
-    starts_to_stop,
+from ..model import (
+    MixingMeasure,
+    check_init_measure,
+    evaluate,
+    make_bounds,
+    n_params,
+    pack,
+    random_start_theta,
+    unpack,
 )
+from ..solvers import Problem, count_agreeing, make_search
 from . import _guards
 from ._warnings import PoorFitWarning, diagnose_fit
 
@@ -65,23 +55,6 @@ def _check_flag(value, name):
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be True or False; got {value!r}.")
     return bool(value)
-
-
-def _check_auto_count(value, name, minimum, least=None):
-    """``None`` for ``"auto"``, else the integer ``value >= minimum``; a ``ValueError`` naming
-    both choices otherwise (``least`` words the lower bound in the message)."""
-    if isinstance(value, str) and value == "auto":
-        return None
-    try:
-        return check_count(value, name, minimum)
-    except ValueError:
-        raise ValueError(
-            f"{name} must be 'auto' or an integer >= {least or minimum}; got {value!r}."
-        ) from None
-
-
-#: Local solvers: name -> label in messages.
-SOLVERS = {"lm": "Levenberg-Marquardt", "lbfgs": "L-BFGS-B"}
 
 
 class HMoERegressor(RegressorMixin, BaseEstimator):
@@ -107,85 +80,41 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         Gate position.
     activation : {"sigmoid", "tanh", "gelu", "silu"}, default="sigmoid"
         The non-linearity ``φ`` of the gate (unused for ``gate="none"``).
-    n_starts : int, default=4
-        Number of starts run to convergence; the best objective is kept.
-    max_iter : int, default=1000
-        Iteration cap of each start (L-BFGS-B iterations, or Levenberg–Marquardt
-        iterations, i.e. Jacobian passes). Gated fits need hundreds of L-BFGS-B iterations,
-        and tens of Levenberg–Marquardt ones.
-    tol : float, default=1e-9
-        ``ftol`` and ``gtol`` of L-BFGS-B; for ``solver="lm"``, the relative decrease of the
-        objective below which a start has converged (it also stops once a Gauss–Newton step
-        would lower the objective by less than 1% of ``σ̂²/n``,
-        ``solvers/_gauss_newton.py``).
-    solver : {"lm", "lbfgs"}, default="lm"
-        Local solver of each start. ``"lm"``: bounded Levenberg–Marquardt on the fused
-        ``JᵀJ`` / ``Jᵀr`` kernel (``solvers/_gauss_newton.py``), with the racing and
-        signed-weight search of ``solvers/_search.py``. ``"lbfgs"``: L-BFGS-B on the
-        objective and gradient, from ``n_starts`` random starts (the toolkit's earlier
-        default; kept for comparisons). Both minimise the same objective, with the
-        intercept and the penalty when asked (``fit_intercept``, ``alpha``).
-    n_candidates : int or "auto", default="auto"
-        ``solver="lm"`` only: random starts raced for ``race_iter`` iterations before the
-        best ``n_starts`` run to convergence (``"auto"``: ``32 · n_starts``; for the ungated
-        MHA, ``gate="none"``, ``16 · n_starts`` per head). Must be
-        ``>= n_starts``; ``n_candidates = n_starts`` switches racing off. On the solver
-        benchmark's two-head truths the defaults end above the truth's objective in 1 of 864
-        fits (one head: none of 936); with several heads, raising it can help (before the
-        head restarts, 512 candidates fixed 9 of 13 such fits at 4× the time; documentation:
-        the solver page).
-    race_iter : int or "auto", default="auto"
-        ``solver="lm"`` only: iterations of the race — the first half for every candidate,
-        the second for the best quarter of them (successive halving). ``"auto"``: 10, and 30
-        for the value and SDPA gates with several heads (their race then runs on 1024
-        samples instead of 4096: no more work at ``n >= 4096``, three times the race's work
-        below 1024 samples). An integer: that many iterations on the default subsample
-        (4096 samples; 1024 for the linear gates).
-    head_restarts : int or "auto", default="auto"
-        ``solver="lm"`` only: after the race, restart one whole head of the best fit at a
-        time (its weights, gate matrices and experts redrawn at random, the other heads
-        kept): ``head_restarts`` candidates per head and round are raced and the best
-        replaces the fit when it lowers the objective by more than ``1 · σ̂²/n``; up to 10
-        rounds, stopping after a round without improvement. ``"auto"``: 32 with several
-        heads, 0 (off) with one head. On the solver benchmark's two-head truths this
-        lowered the certified failures from 57 to 26 of 432 fits (11 with the longer race of
-        ``race_iter="auto"``; documentation: the
-        solver page).
-    reassign_experts : bool or "auto", default="auto"
-        ``solver="lm"`` only: after the head restarts (or the race, with one head), try
-        moves that keep the best fit's gates and experts but change which token each
-        expert serves — a head's experts ``a[h, i]`` permuted over its tokens, one
-        channel's ``a[h, :, k]`` permuted, two channels' swapped at one token — then
-        soft-mode moves, long steps (2, 4, 8, both signs) from the best fit along the 12
-        directions in which it changes the function least (the softest eigenvectors of the
-        scaled Gauss–Newton matrix ``JᵀJ``). Each family is raced like the head restarts;
-        they alternate with the head restarts while any lowers the objective by more than
-        ``1 · σ̂²/n`` (``solvers/_search.py``). ``"auto"``: on for the value and SDPA gates
-        with ``activation="tanh"`` and several heads, off otherwise. On the solver
-        benchmark's 192 two-head value/SDPA tanh fits: certified failures 3 → 1, at ×1.71
-        their time (documentation: the solver page).
-    search_rounds : int or "auto", default="auto"
-        ``solver="lm"`` only: most rounds of the whole search (race, then head restarts),
-        each from fresh random candidates; the search stops after a round once the best
-        objective has been reached by two starts (``n_starts_agreeing_ >= 2``, of one round or
-        of several; three for the value and SDPA gates with ``activation="tanh"``, whose
-        search runs over signed weights), and keeps the best start of all rounds. ``"auto"``:
-        6 for those tanh models and for the value and SDPA gates with several heads, 1
-        otherwise. On the solver benchmark's truths three rounds lowered the certified
-        failures of two-head value/SDPA fits from 11 to 5 of 384 and of one-head tanh fits
-        from 2 to 0 of 104, at about twice their total time; on its design with 1800 fits,
-        six rounds for tanh left 8, and three agreeing starts to stop them 5 (3 of 100
-        value/tanh ``K = 2`` fits), at 1.33 times the passes of the tanh fits, and six
-        rounds for the other two-head value/SDPA fits 3 (those value/tanh fits), at 1.51
-        times the time of the two-head sigmoid, GELU and SiLU fits (documentation: the
-        solver page). With one head and sigmoid, GELU or SiLU (no certified failure there)
-        the over-specified fits' starts rarely agree to ``1 · σ̂²/n``, so the rule would run
-        every round for nothing.
+    solver : {"lm", "lbfgs"}, LocalSolver or Search, default="lm"
+        How the least-squares estimator is searched for (documentation: the solver page).
+        ``"lm"``: bounded Levenberg–Marquardt (:class:`~hmoe_estim.solvers.LevenbergMarquardt`)
+        inside the default :class:`~hmoe_estim.solvers.Search`: a race of many random starts,
+        moves of the best fit, rounds until the optimum has been found again. ``"lbfgs"``:
+        L-BFGS-B (:class:`~hmoe_estim.solvers.LBFGSB`) from ``n_starts`` random starts (the
+        toolkit's earlier default, kept for comparisons). A local solver object runs inside
+        the default search; a ``Search`` object sets every knob of the search, e.g.
+        ``solver=Search(local=LevenbergMarquardt(max_iter=200), n_candidates=256)`` (its
+        knobs are grid-searchable as ``solver__n_candidates``).
+    n_starts : int or None, default=None
+        Starts run to convergence per search round; the best objective is kept. ``None``:
+        the search's (4).
+    max_iter : int or None, default=None
+        Iteration cap of each start (Levenberg–Marquardt: Jacobian passes; L-BFGS-B:
+        iterations). ``None``: the local solver's (1000).
+    tol : float or None, default=None
+        Relative decrease of the objective below which a start has converged (L-BFGS-B: its
+        ``ftol`` and ``gtol``). ``None``: the local solver's (1e-9).
     param_bound : float, default=10.0
         Every entry of ``M`` and ``a`` lies in ``[-param_bound, param_bound]`` (A.1).
     omega_max : float, default=10.0
         ``0 <= omega <= omega_max`` (A.1, A.2); ``|omega| <= omega_max`` with
         ``positive_weights=False``.
+    init : "random", MixingMeasure or list of MixingMeasure, default="random"
+        Starting points. Given measures (for example the fit at a smaller ``n``, or
+        :func:`~hmoe_estim.model.split_heaviest_channel` of a ``K-1`` fit) are used as
+        the first starts, clipped to the box; random starts fill up to the search's
+        candidates.
+    n_jobs : int or None, default=None
+        Starts run in parallel through joblib. The result does not depend on ``n_jobs``.
+    verbose : int, default=0
+        Print one line per start when > 0.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the random starts.
     fit_intercept : bool, default=False
         Add a free constant ``c`` to the model, ``f(x) + c`` (outside every gate; not
         penalised, not boxed). The paper's model (eq. (3)) has none; real targets usually need
@@ -199,16 +128,6 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         ``alpha·(‖M‖²_F + ‖a‖²)`` over the free gate matrices (Frobenius norm) and experts.
         It is added to the *mean* (not the sum) of squared residuals, so ``alpha`` does not
         scale with ``n`` (scikit-learn's ``Ridge(alpha=n·alpha)`` on the summed loss).
-    init : "random", MixingMeasure or list of MixingMeasure, default="random"
-        Starting points. Given measures (for example the fit at a smaller ``n``, or
-        :func:`~hmoe_estim.model.split_heaviest_channel` of a ``K-1`` fit) are used as
-        the first starts, clipped to the box; random starts fill up to ``n_starts``.
-    n_jobs : int or None, default=None
-        Starts run in parallel through joblib. The result does not depend on ``n_jobs``.
-    verbose : int, default=0
-        Print one line per start when > 0.
-    random_state : int, RandomState instance or None, default=None
-        Seeds the random starts.
 
     Attributes
     ----------
@@ -226,22 +145,31 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
     n_starts_agreeing_ : int
         How many of those starts ended within ``1 · σ̂²/n`` of the best objective
         (``σ̂²`` = the best objective, an estimate of the noise variance; ``n`` = samples):
-        the optimum was found that many times. 1 means it was found once only — more
-        starts or ``n_candidates`` may find a lower one.
+        the optimum was found that many times (documentation: the solver page, "Reading a
+        fit").
     head_restart_rounds_ : int
-        Rounds of ``head_restarts`` that lowered the objective (0 when off or when none did).
+        Rounds of the restart moves (a head redrawn) that lowered the objective.
     reassign_rounds_ : int
-        Rounds of the moves (``reassign_experts``: expert reassignment and soft-mode
-        steps) that lowered the objective (0 when off or when none did).
+        Rounds of the local moves (expert reassignment, soft modes) that lowered the
+        objective.
     search_rounds_ : int
-        Rounds of the search that ran (``search_rounds``; 1 for ``solver="lbfgs"``).
+        Rounds of the search that ran.
+    search_stop_ : {"agreement", "rounds", "budget"}
+        Why the search stopped: the optimum found by enough starts, the last round, or the
+        time budget of the ``Search`` (``max_seconds``; the fit warns).
+    schedule_ : dict
+        The settings the search ran with (every ``"auto"`` resolved).
+    dropped_ : dict
+        Candidates and moves left out because they gave non-finite values: reason -> count.
     solver_ : {"lm", "lbfgs"}
-        The solver that ran (``solver``).
+        The local solver that ran.
     n_kernel_passes_ : int
         Passes over the data of the whole fit (objective/gradient, Jacobian and forward
         evaluations, abandoned race candidates included).
-    start_n_iter_ : ndarray of shape (n_starts,)
+    start_n_iter_ : ndarray of shape (n_finished,)
         Iterations of every start.
+    start_converged_ : ndarray of shape (n_finished,)
+        Whether every start converged.
     n_iter_ : int
         Iterations of the best start.
     converged_ : bool
@@ -273,17 +201,12 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         n_experts=2,
         gate="none",
         activation="sigmoid",
-        n_starts=4,
-        max_iter=1000,
-        tol=1e-9,
-        solver="lm",
-        n_candidates="auto",
-        race_iter="auto",
-        head_restarts="auto",
-        reassign_experts="auto",
-        search_rounds="auto",
-        param_bound=10.0,
-        omega_max=10.0,
+        solver=SOLVER,
+        n_starts=None,
+        max_iter=None,
+        tol=None,
+        param_bound=PARAM_BOUND,
+        omega_max=OMEGA_MAX,
         init="random",
         n_jobs=None,
         verbose=0,
@@ -297,15 +220,10 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         self.n_experts = n_experts
         self.gate = gate
         self.activation = activation
+        self.solver = solver
         self.n_starts = n_starts
         self.max_iter = max_iter
         self.tol = tol
-        self.solver = solver
-        self.n_candidates = n_candidates
-        self.race_iter = race_iter
-        self.head_restarts = head_restarts
-        self.reassign_experts = reassign_experts
-        self.search_rounds = search_rounds
         self.param_bound = param_bound
         self.omega_max = omega_max
         self.init = init
@@ -323,104 +241,27 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         H = check_count(self.n_heads, "n_heads", 1)
         N = check_count(self.n_tokens, "n_tokens", 1)
         K = check_count(self.n_experts, "n_experts", 1)
-        check_count(self.n_starts, "n_starts", 1)
-        check_count(self.max_iter, "max_iter", 1)
-        check_positive(self.tol, "tol")
         check_positive(self.param_bound, "param_bound")
         check_positive(self.omega_max, "omega_max")
         _check_flag(self.fit_intercept, "fit_intercept")
         _check_flag(self.positive_weights, "positive_weights")
         check_positive(self.alpha, "alpha", allow_zero=True)
-        if not isinstance(self.solver, str) or self.solver not in SOLVERS:
-            raise ValueError(
-                f"Unknown solver {self.solver!r}. Use one of {list(SOLVERS)}: 'lm' (bounded "
-                "Levenberg-Marquardt with racing starts) or 'lbfgs' (L-BFGS-B)."
-            )
-        _check_auto_count(self.race_iter, "race_iter", 1)
-        m = _check_auto_count(self.n_candidates, "n_candidates", 1, "n_starts")
-        if m is not None and m < self.n_starts:
-            raise ValueError(
-                f"n_candidates={m} is smaller than n_starts={self.n_starts}: the race keeps "
-                "n_starts of the candidates. Raise n_candidates or lower n_starts."
-            )
-        _check_auto_count(self.head_restarts, "head_restarts", 0, "0 (0: off)")
-        _check_auto_count(self.search_rounds, "search_rounds", 1)
-        if not (isinstance(self.reassign_experts, str) and self.reassign_experts == "auto"):
-            if not isinstance(self.reassign_experts, (bool, np.bool_)):
-                raise ValueError("reassign_experts must be 'auto', True or False; got "
-                                 f"{self.reassign_experts!r}.")
         return H, N, K
 
-    def _head_restarts(self, H):
-        """Candidates per head and round of the head restarts (0: none; always 0 with one
-        head, where a restarted head is a fresh start)."""
-        if H == 1:
-            return 0
-        if isinstance(self.head_restarts, str):
-            return head_restarts_schedule(H)
-        return int(self.head_restarts)
-
-    def _reassign(self, H):
-        """Whether the expert reassignment moves run: ``"auto"`` is ``reassign_schedule`` of
-        ``solvers/_search.py`` (the value and SDPA gates with tanh and several heads)."""
-        if isinstance(self.reassign_experts, str):
-            return reassign_schedule(self.gate, self.activation, H)
-        return bool(self.reassign_experts)
-
-    def _search_rounds(self, H):
-        """Most rounds of the whole search: ``"auto"`` is ``search_rounds_schedule`` of
-        ``solvers/_search.py`` (6 for the value and SDPA gates with tanh or with several heads,
-        1 otherwise); an integer is the count itself."""
-        if isinstance(self.search_rounds, str):
-            return search_rounds_schedule(self.gate, self.activation, H)
-        return int(self.search_rounds)
-
-    def _race_schedule(self, H):
-        """``(race_iter, race_samples)`` of the race: ``"auto"`` is ``race_schedule`` of
-        ``solvers/_search.py`` (10 iterations; 30 on a smaller subsample for the value and SDPA
-        gates with several heads), an integer the iterations on the default subsample."""
-        if isinstance(self.race_iter, str):
-            return race_schedule(self.gate, H)
-        return int(self.race_iter), None
-
-    def _improve_best(self, best, XT, y, shape, bounds, draw, n_restart, reassign, search):
-        """The head restarts (``n_restart`` candidates per head; 0: off), then, when
-        ``reassign``, the expert reassignment and the soft-mode moves, alternating with the
-        head restarts while any improves. Returns
-        ``(best, passes, head_restart_rounds, reassign_rounds)``."""
-        args = (XT, y, shape, self.gate, self.activation, bounds)
-        passes, rounds, moves = 0.0, 0, 0
-        if n_restart > 0:
-            best, extra, rounds = restart_heads(
-                best, *args, draw, n_per_head=n_restart, max_rounds=HEAD_RESTART_ROUNDS,
-                **search)
-            passes += extra
-        while reassign:
-            moved = 0
-            for move in (reassign_experts, soft_mode_moves):
-                best, extra, improved = move(best, *args, max_rounds=HEAD_RESTART_ROUNDS,
-                                             **search)
-                passes, moved = passes + extra, moved + improved
-            moves += moved
-            if not moved or n_restart == 0:
-                break
-            best, extra, improved = restart_heads(
-                best, *args, draw, n_per_head=n_restart, max_rounds=HEAD_RESTART_ROUNDS,
-                **search)
-            passes, rounds = passes + extra, rounds + improved
-            if not improved:
-                break
-        return best, passes, rounds, moves
-
-    def _n_candidates(self, H):
-        """Random starts drawn per search round: ``"auto"`` is ``candidates_schedule`` of
-        ``solvers/_search.py`` (128 for 4 starts kept; 64 per head for the ungated MHA), an
-        integer the count itself; ``n_starts`` for ``solver="lbfgs"`` (no race)."""
-        if self.solver != "lm":
-            return self.n_starts
-        if isinstance(self.n_candidates, str):
-            return candidates_schedule(self.gate, self.n_starts, H)
-        return int(self.n_candidates)
+    def _search(self):
+        """The search of ``solver`` (a copy), with ``n_starts``, ``max_iter`` and ``tol`` set
+        when given; validated (a ``ValueError`` names a knob out of range)."""
+        search = clone(make_search(self.solver))
+        if self.n_starts is not None:
+            search.set_params(n_starts=check_count(self.n_starts, "n_starts", 1))
+        if self.max_iter is not None or self.tol is not None:
+            local = clone(search.local_solver())
+            if self.max_iter is not None:
+                local.set_params(max_iter=check_count(self.max_iter, "max_iter", 1))
+            if self.tol is not None:
+                local.set_params(tol=check_positive(self.tol, "tol"))
+            search.set_params(local=local)
+        return search.validate()
 
     def _init_measures(self, shape):
         init = self.init
@@ -441,7 +282,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
 
     # -- fitting -------------------------------------------------------------------------
     def fit(self, X, y):
-        """Fit the HMoE by multi-start least squares (``solver``: Levenberg–Marquardt or L-BFGS-B).
+        """Fit the HMoE by least squares: validate, scale, search, unscale.
 
         Parameters
         ----------
@@ -457,10 +298,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            Invalid hyper-parameters, NaN/inf/None/strings, mismatched lengths, fewer than 2
-            samples, an ``init`` that is not a (list of) measure(s) of the right shape, a model
-            whose fit would need more than 4 GiB (checked before allocating), or a ``y`` so
-            large that its squared residuals overflow.
+            Invalid hyper-parameters or search knobs (the message names the knob and its
+            range), NaN/inf/None/strings, mismatched lengths, fewer than 2 samples, an
+            ``init`` that is not a (list of) measure(s) of the right shape, a model whose fit
+            would need more than 4 GiB (checked before allocating), or a ``y`` so large that
+            its squared residuals overflow.
 
         Warns
         -----
@@ -473,9 +315,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             Training R² below 0 (the message names the cause and the option that helps), or a
             constant target.
         ConvergenceWarning
-            The best start reached ``max_iter`` (or stopped abnormally).
+            The best start reached its iteration cap (or stopped abnormally), or the search
+            stopped on its time budget.
         """
         H, N, K = self._validate_hyperparameters()
+        search = self._search()
         _guards.check_target(y)
         X, y = validate_data(
             self, X, y, y_numeric=True, ensure_min_samples=2, dtype=np.float64
@@ -483,10 +327,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         n, D = X.shape
         shape = (H, N, K, D)
         init_measures = self._init_measures(shape)
-        fit_intercept = bool(self.fit_intercept)
-        positive = bool(self.positive_weights)
-        alpha = float(self.alpha)
-        P = n_params(*shape) + fit_intercept
+        P = n_params(*shape) + bool(self.fit_intercept)
         _guards.check_fit_size(shape, n, self.gate, n_threads=_n_threads())
         if n < P:
             warnings.warn(
@@ -496,101 +337,63 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 stacklevel=2,
             )
         rng = check_random_state(self.random_state)
-        lower, upper = make_bounds(
-            shape, omega_max=self.omega_max, param_bound=self.param_bound,
-            positive_weights=positive,
-        )
-        # the intercept: unbounded, fitted on the centred target (y_offset added back after),
-        # so that a shift of y shifts intercept_ and nothing else
+        problem, scaling = self._scaled_problem(X, y, shape)
+        starts = [np.clip(np.concatenate([pack(m), scaling["tail"]]) * scaling["v"],
+                          problem.lower, problem.upper) for m in init_measures]
+        found = search.run(problem, self._draw(problem, scaling, rng), starts,
+                           n_jobs=self.n_jobs, verbose=self.verbose)
+        self._unscale(found, scaling, X, y, shape, search, n)
+        return self
+
+    def _scaled_problem(self, X, y, shape):
+        """The problem on the data scaled to unit size: ``(y − ȳ) / s_y`` on ``X / s_x``
+        (powers of two), the box mapped alike, so that tolerances are free of the data's
+        units; an intercept is fitted on the centred target (``ȳ`` added back after), so that a
+        shift of ``y`` shifts ``intercept_`` and nothing else."""
+        fit_intercept = bool(self.fit_intercept)
+        lower, upper = make_bounds(shape, omega_max=self.omega_max,
+                                   param_bound=self.param_bound,
+                                   positive_weights=bool(self.positive_weights))
         y_offset = float(np.mean(y)) if fit_intercept else 0.0
-        # fit (y - y_offset) / s_y on X / s_x, the box mapped alike: tolerances free of the
-        # data's units (the intercept scales like omega)
-        y_raw, X_raw = y, X
         s_y = _guards.target_scale(y - y_offset, self.gate)
         s_x = _guards.input_scale(X)
+        # (the intercept scales like omega)
         v = np.concatenate([_guards.theta_factors(shape, s_y, s_x),
                             np.full(int(fit_intercept), 1.0 / s_y)])
         tail = np.zeros(int(fit_intercept))
         lower = np.concatenate([lower, tail - np.inf]) * v
         upper = np.concatenate([upper, tail + np.inf]) * v
-        X, y = X / s_x, (y - y_offset) / s_y
-        x_rms = float(np.sqrt(np.mean(X**2)))
-        y_scale = float(np.std(y)) if np.std(y) > 0 else float(np.mean(np.abs(y))) + 1e-3
-        solver = self.solver
-        n_cand = self._n_candidates(H)
-        starts = [
-            np.clip(np.concatenate([pack(m), tail]) * v, lower, upper)
-            for m in init_measures[:n_cand]
-        ]
-
-        def draw():  # a random start, packed (the candidates, then the head restarts)
-            t = random_start_theta(
-                shape, rng, x_rms=x_rms, y_scale=y_scale, omega_max=self.omega_max,
-                param_bound=self.param_bound, positive_weights=positive,
-            )
-            return np.clip(np.concatenate([t, tail]), lower, upper)
-
-        while len(starts) < n_cand:
-            starts.append(draw())
+        Xs, ys = X / s_x, (y - y_offset) / s_y
         # writable C-contiguous float64 copies: Numba compiles a separate specialisation for
-        # read-only arrays (a memory-mapped X would otherwise cost a fresh compilation) and for
-        # integer targets, and a separately compiled kernel may sum in another order: an
-        # integer y then fitted differently from the same y as floats (sklearn's
-        # check_regressors_int caught it)
-        XT = np.require(X.T, requirements=["C", "W"])
-        y = np.require(y, dtype=np.float64, requirements=["C", "W"])
-        if solver == "lm":
-            race_iter, race_samples = self._race_schedule(H)
-            search = dict(
-                race_iter=race_iter, race_samples=race_samples, max_iter=self.max_iter,
-                tol=self.tol, signed=has_sign_symmetry(self.gate, self.activation),
-                n_jobs=self.n_jobs,
-                verbose=self.verbose, fit_intercept=fit_intercept, alpha=alpha,
+        # read-only arrays and for integer targets, and a separately compiled kernel may sum
+        # in another order (sklearn's check_regressors_int caught it)
+        XT = np.require(Xs.T, requirements=["C", "W"])
+        ys = np.require(ys, dtype=np.float64, requirements=["C", "W"])
+        problem = Problem(XT, ys, shape, self.gate, self.activation, lower, upper,
+                          fit_intercept=fit_intercept, alpha=float(self.alpha))
+        x_rms = float(np.sqrt(np.mean(Xs**2)))
+        y_scale = float(np.std(ys)) if np.std(ys) > 0 else float(np.mean(np.abs(ys))) + 1e-3
+        return problem, dict(v=v, tail=tail, s_y=s_y, s_x=s_x, y_offset=y_offset,
+                             x_rms=x_rms, y_scale=y_scale)
+
+    def _draw(self, problem, scaling, rng):
+        """``draw()``: a random packed start in the scaled box (the search's candidates)."""
+        shape, tail = problem.shape, scaling["tail"]
+
+        def draw():
+            t = random_start_theta(
+                shape, rng, x_rms=scaling["x_rms"], y_scale=scaling["y_scale"],
+                omega_max=self.omega_max, param_bound=self.param_bound,
+                positive_weights=bool(self.positive_weights),
             )
-            n_restart = self._head_restarts(H)
-            reassign = self._reassign(H)
-            results, abandoned, rounds, moves = [], 0, 0, 0
-            to_stop = starts_to_stop(self.gate, self.activation)
-            for r in range(self._search_rounds(H)):
-                if r > 0:  # a fresh search: new candidates, raced, then the head restarts
-                    starts = [draw() for _ in range(n_cand)]
-                found, _, spent = race(
-                    starts, XT, y, shape, self.gate, self.activation, (lower, upper),
-                    n_keep=self.n_starts, **search,
-                )
-                found, abandoned = list(found), abandoned + spent
-                # (objectives are finite or inf; with none finite the error below says why)
-                objs = np.array([f.objective for f in found])
-                if (n_restart > 0 or reassign) and np.isfinite(objs).any():
-                    ib = int(np.argmin(objs))
-                    found[ib], extra, improved, moved = self._improve_best(
-                        found[ib], XT, y, shape, (lower, upper), draw, n_restart, reassign,
-                        search)
-                    abandoned, rounds, moves = abandoned + extra, rounds + improved, moves + moved
-                results += found
-                # the optimum found twice (three times with signed weights), by starts of one
-                # round or of several: done
-                agreeing = count_agreeing([f.objective for f in results], n, AGREE_TOL)
-                if self.verbose:
-                    print(f"[{GATE_LABELS[self.gate]}] search round {r + 1}: best objective "
-                          f"{min(f.objective for f in results):.6g}, reached by "
-                          f"{agreeing} start(s)")
-                if agreeing >= to_stop:
-                    break
-            self.search_rounds_ = r + 1
-            self.head_restart_rounds_ = rounds
-            self.reassign_rounds_ = moves
-        else:
-            self.head_restart_rounds_ = 0
-            self.reassign_rounds_ = 0
-            self.search_rounds_ = 1
-            results = run_starts(
-                starts, XT, y, shape, self.gate, self.activation,
-                (lower, upper), max_iter=self.max_iter, tol=self.tol,
-                n_jobs=self.n_jobs, verbose=self.verbose,
-                fit_intercept=fit_intercept, alpha=alpha,
-            )
-            abandoned = 0
+            return np.clip(np.concatenate([t, tail]), problem.lower, problem.upper)
+
+        return draw
+
+    def _unscale(self, found, scaling, X_raw, y_raw, shape, search, n):
+        """The fitted attributes from the search's result, in the units of the data."""
+        results = found.results
+        s_y = scaling["s_y"]
         objectives = np.array([r.objective for r in results])
         if not np.any(np.isfinite(objectives)):
             raise ValueError(
@@ -616,40 +419,58 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         res = results[best]
         P0 = n_params(*shape)
         with np.errstate(over="ignore"):
-            theta = res.theta / v
+            theta = res.theta / scaling["v"]
         if not np.all(np.isfinite(theta)):
             raise ValueError(
                 f"The fitted parameters overflow when mapped back to the units of y (root mean "
-                f"square {s_y:.3g}) and X ({s_x:.3g}); rescale y and X to moderate values."
+                f"square {s_y:.3g}) and X ({scaling['s_x']:.3g}); rescale y and X to moderate "
+                "values."
             )
+        fit_intercept = bool(self.fit_intercept)
         self.measure_ = unpack(theta[:P0], shape)
-        self.intercept_ = float(theta[P0]) + y_offset if fit_intercept else 0.0
+        self.intercept_ = float(theta[P0]) + scaling["y_offset"] if fit_intercept else 0.0
         self.theta_ = theta
         if fit_intercept:  # the intercept of y itself, not of the centred target
             self.theta_[P0] = self.intercept_
         self.objective_ = float(objectives[best])
         self.start_objectives_ = objectives
-        self.n_starts_agreeing_ = count_agreeing(objectives, n, AGREE_TOL)
-        self.n_kernel_passes_ = int(sum(r.n_passes for r in results) + abandoned)
+        self.n_starts_agreeing_ = count_agreeing(objectives, n)
+        self.n_kernel_passes_ = int(found.n_passes)
         self.start_n_iter_ = np.array([r.n_iter for r in results])
         self.start_converged_ = np.array([r.converged for r in results])
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
         self.best_start_ = best
-        self.solver_ = solver
+        local = search.local_solver()
+        self.solver_ = local.name
+        self.search_rounds_ = int(found.rounds)
+        self.search_stop_ = found.stop
+        self.head_restart_rounds_ = int(found.move_rounds["restart"])
+        self.reassign_rounds_ = int(found.move_rounds["local"])
+        self.schedule_ = found.schedule.to_dict()
+        self.dropped_ = dict(found.dropped)
         if not res.converged:
             warnings.warn(
-                f"{SOLVERS[solver]} did not converge for the best start ({res.message}) "
-                f"after {res.n_iter} iterations. Increase max_iter (now {self.max_iter}) or tol "
-                f"(now {self.tol}).",
+                f"{local.label} did not converge for the best start ({res.message}) "
+                f"after {res.n_iter} iterations. Increase max_iter (now {local.max_iter}) or "
+                f"tol (now {local.tol}).",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=3,
+            )
+        if found.stop == "budget":
+            warnings.warn(
+                f"The search stopped on its time budget (max_seconds={search.max_seconds}) "
+                f"after {found.rounds} round(s); it kept its best start, which "
+                f"{self.n_starts_agreeing_} start(s) reached. Raise max_seconds for a search "
+                "that runs its rounds to the end.",
+                ConvergenceWarning,
+                stacklevel=3,
             )
         y_pred = evaluate(theta[:P0], X_raw, shape, self.gate, self.activation) + self.intercept_
-        self.train_r2_ = diagnose_fit(self, y_raw, y_pred, P, stacklevel=3)
+        self.train_r2_ = diagnose_fit(self, y_raw, y_pred, n_params(*shape) + fit_intercept,
+                                      stacklevel=4)
         _guards.warn_if_at_bound(self.measure_, self.omega_max, self.param_bound, X_raw,
-                                 y_raw, self.gate, self.objective_)
-        return self
+                                 y_raw, self.gate, self.objective_, stacklevel=4)
 
     def predict(self, X):
         """Evaluate the fitted regression function ``f_Ĝ(X)`` (plus ``intercept_``).
@@ -700,17 +521,12 @@ class _PresetRegressor(HMoERegressor):
         n_tokens=2,
         n_experts=2,
         activation="sigmoid",
-        n_starts=4,
-        max_iter=1000,
-        tol=1e-9,
-        solver="lm",
-        n_candidates="auto",
-        race_iter="auto",
-        head_restarts="auto",
-        reassign_experts="auto",
-        search_rounds="auto",
-        param_bound=10.0,
-        omega_max=10.0,
+        solver=SOLVER,
+        n_starts=None,
+        max_iter=None,
+        tol=None,
+        param_bound=PARAM_BOUND,
+        omega_max=OMEGA_MAX,
         init="random",
         n_jobs=None,
         verbose=0,
@@ -723,15 +539,10 @@ class _PresetRegressor(HMoERegressor):
         self.n_tokens = n_tokens
         self.n_experts = n_experts
         self.activation = activation
+        self.solver = solver
         self.n_starts = n_starts
         self.max_iter = max_iter
         self.tol = tol
-        self.solver = solver
-        self.n_candidates = n_candidates
-        self.race_iter = race_iter
-        self.head_restarts = head_restarts
-        self.reassign_experts = reassign_experts
-        self.search_rounds = search_rounds
         self.param_bound = param_bound
         self.omega_max = omega_max
         self.init = init

@@ -49,6 +49,7 @@ import numpy as np
 from numba import njit, prange, types
 
 from . import background
+from .layout import theta_offsets as _offsets
 from .objective import (
     _PARALLEL,
     BLOCK,
@@ -57,7 +58,6 @@ from .objective import (
     GATE_SDPA,
     _chunks,
     _forward_block,
-    _offsets,
     _temporaries,
     chunk_total,
     kernel_threads,

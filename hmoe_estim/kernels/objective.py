@@ -56,6 +56,8 @@ from numba import get_num_threads, njit, prange
 
 from .activations import activation_rows
 from .gate import gate_softmax, pair_products
+from .layout import offsets as _py_offsets
+from .layout import theta_offsets as _offsets
 from .rows import accumulate_dots, combine_rows, gated_sum
 from .target import FASTMATH, INTERNAL, wide_vectors
 
@@ -77,15 +79,6 @@ GATE_NONE, GATE_VALUE, GATE_SDPA, GATE_OUTPUT = 0, 1, 2, 3
 
 
 @njit(cache=True)
-def _offsets(H, N, K, D):
-    """Offsets of ``M`` and ``a`` in ``theta`` and its length (``model/_parameters.py``)."""
-    T = D * (D + 1) // 2
-    o1 = H * K
-    o2 = o1 + H * (N - 1) * T
-    return T, o1, o2, o2 + H * N * K * D
-
-
-@njit(cache=True)
 def _linear(gate):
     """True for the gates whose experts enter linearly (MHA and the output gate)."""
     return gate == GATE_NONE or gate == GATE_OUTPUT
@@ -98,7 +91,7 @@ def mixed_values(theta, H, N, K, D, gate):
     """
     if gate != GATE_NONE and gate != GATE_OUTPUT:
         return np.zeros(0)
-    o2 = H * K + H * (N - 1) * (D * (D + 1) // 2)
+    o2 = _py_offsets(H, N, K, D)[2]
     omega = theta[:H * K].reshape(H, 1, K, 1)
     a = theta[o2:o2 + H * N * K * D].reshape(H, N, K, D)
     # NumPy adds along the short k axis in order, k = 0, 1, …: the sum of the kernels' loop
@@ -361,7 +354,7 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, fit_intercept=Fa
     value : float
     grad : ndarray of shape like ``theta``
     """
-    P = _offsets(H, N, K, D)[3] + (1 if fit_intercept else 0)
+    P = _py_offsets(H, N, K, D)[3] + (1 if fit_intercept else 0)
     if theta.shape[0] != P:
         raise ValueError(
             f"theta has {theta.shape[0]} entries; (H, N, K, D) = {(H, N, K, D)} with "
@@ -370,7 +363,7 @@ def objective_and_gradient(theta, XT, y, H, N, K, D, gate, act, fit_intercept=Fa
     n = XT.shape[1]
     bv = mixed_values(theta, H, N, K, D, gate)
     # per chunk: [gradient of the measure's entries | loss | Σ r | G[h, i] (linear gates)]
-    Pm = _offsets(H, N, K, D)[3]
+    Pm = _py_offsets(H, N, K, D)[3]
     partial = np.zeros((_chunks(n)[1], Pm + 2 + bv.shape[0]))
     c0 = float(theta[Pm]) if fit_intercept else 0.0
     nthreads = kernel_threads(n)

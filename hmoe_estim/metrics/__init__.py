@@ -11,10 +11,8 @@ from ._identifiability import (
     NearAlternative,
     Obstruction,
     Symmetry,
-    annotate_rates,
     identifiability_report,
     regression_jacobian,
-    study_verdicts,
     verdict_label,
 )
 from ._scorers import (
@@ -44,8 +42,6 @@ __all__ = [
     "NearAlternative",
     "JacobianCheck",
     "regression_jacobian",
-    "annotate_rates",
-    "study_verdicts",
     "verdict_label",
     "PHI_AT_ZERO",
     "reference_sample",

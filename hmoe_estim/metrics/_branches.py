@@ -26,9 +26,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from .._validation import check_gate
-from ..kernels.activations import phi
-from ..model._measure import MixingMeasure
-from ..model._regression import check_inputs
+from ..kernels import phi
+from ..model import MixingMeasure, check_inputs
 
 __all__ = [
     "DEFAULT_N_REF",

@@ -25,7 +25,7 @@ contributes the expert of ``−a``.
 import numpy as np
 
 from .._validation import check_activation, check_gate, check_token_matching
-from ..model._regression import regression_function
+from ..model import regression_function
 from ._branches import (
     DEFAULT_N_REF,
     check_measure_pair,

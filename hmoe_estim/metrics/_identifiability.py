@@ -51,8 +51,9 @@ argument is available. See the user guide page "Which gates and activations are
 identifiable".
 
 Why one module of this size: each named obstruction comes with the construction of its witness
-and the check of that witness, and the report, the Jacobian check and the study verdicts must
-agree on the same list of obstructions.
+and the check of that witness, and the report and the Jacobian check must agree on the same
+list of obstructions. The verdicts of a study's models (and the reading of its rates) are
+``hmoe_estim/study/_verdicts.py``, which calls :func:`identifiability_report`.
 """
 
 import numbers
@@ -62,8 +63,7 @@ import numpy as np
 
 from .._names import GATE_LABELS
 from .._validation import check_activation, check_gate
-from ..model._measure import MixingMeasure
-from ..model._parameters import n_params, triangle_indices
+from ..model import MixingMeasure, n_params, triangle_indices
 from ._branches import token_gate
 
 __all__ = [
@@ -73,10 +73,8 @@ __all__ = [
     "NearAlternative",
     "Obstruction",
     "Symmetry",
-    "annotate_rates",
     "identifiability_report",
     "regression_jacobian",
-    "study_verdicts",
     "verdict_label",
 ]
 
@@ -84,9 +82,6 @@ __all__ = [
 PHI_AT_ZERO = {"sigmoid": 0.5, "tanh": 0.0, "gelu": 0.0, "silu": 0.0}
 #: Odd activations (``φ(−z) = −φ(z)``).
 _ODD = ("tanh",)
-#: Metrics of a study whose slopes are parameter rates only for an identifiable model.
-PARAMETER_METRICS = ("voronoi_loss", "voronoi_exact", "voronoi_over", "extra_weight",
-                     "expert_error")
 
 
 @dataclass
@@ -320,7 +315,7 @@ class IdentifiabilityReport:
 # -- the Jacobian ---------------------------------------------------------------------------
 def _phi_and_derivative(activation, z):
     from .._names import ACTIVATION_CODES
-    from ..kernels.activations import activation_values
+    from ..kernels import activation_values
 
     z = np.asarray(z, dtype=np.float64)
     v, d = activation_values(ACTIVATION_CODES[activation], np.ascontiguousarray(z.ravel()))
@@ -352,7 +347,7 @@ def regression_jacobian(measure, X, *, gate="none", activation="sigmoid"):
     -------
     ndarray of shape (n, n_params)
     """
-    from ..model._regression import check_inputs
+    from ..model import check_inputs
 
     check_gate(gate)
     check_activation(activation)
@@ -482,8 +477,7 @@ def _near_alternatives(Gs, gate, activation, K, X, max_seeds=6):
     """Local minimisers of ‖f − f*‖ (check sample) from the token-exchange seeds of G2."""
     from scipy.optimize import least_squares
 
-    from ..model._parameters import pack, unpack
-    from ..model._regression import regression_function
+    from ..model import pack, regression_function, unpack
     from ._voronoi import voronoi_loss
 
     shape = Gs.shape
@@ -518,7 +512,7 @@ def _near_alternatives(Gs, gate, activation, K, X, max_seeds=6):
 
 
 def _check_witness(witness, Gs, gate, activation, X):
-    from ..model._regression import regression_function
+    from ..model import regression_function
     from ._voronoi import voronoi_loss
 
     f = regression_function(witness, X, gate=gate, activation=activation)
@@ -688,7 +682,7 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
                            f"φ(0) = 0 ({activation}): a channel whose experts are all 0 "
                            "contributes ω φ(0) = 0 whatever its weight ω"))
     obstructions, failed = [], []
-    from ..model._regression import regression_function
+    from ..model import regression_function
 
     f_scale = max(1.0, float(np.max(np.abs(
         regression_function(Gs, X, gate=gate, activation=activation)))))
@@ -757,7 +751,7 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
                                  symmetries, obstructions, jac, bool(locally), notes, near)
 
 
-# -- studies --------------------------------------------------------------------------------
+# -- verdict records ------------------------------------------------------------------------
 def verdict_label(record):
     """Short text of a verdict record: ``"identifiable"``, ``"not identifiable (token-split,
     null-atom)"`` or ``"identifiability unknown"``."""
@@ -767,95 +761,3 @@ def verdict_label(record):
     if v == "identifiable":
         return "identifiable"
     return "identifiability unknown"
-
-
-def study_verdicts(config, truth=None):
-    """Verdict record of every model of a study config.
-
-    Parameters
-    ----------
-    config : StudyConfig
-    truth : MixingMeasure or None
-        The study's ``G*`` (default: :func:`hmoe_estim.study.true_measure` of ``config``).
-
-    Returns
-    -------
-    dict
-        ``{model name: IdentifiabilityReport.to_dict() (witnesses as lists) plus "label"}``.
-
-    Raises
-    ------
-    ValueError
-        The truth's shape disagrees with the config's fitted shape, or ``K < K*``.
-    """
-    if truth is None:
-        from ..study._plan import true_measure
-
-        truth = true_measure(config)
-    H, N, K, D = config.fitted_shape
-    if D != truth.n_features:
-        raise ValueError(f"the config fits D = {D} features but its truth has "
-                         f"{truth.n_features}: use a truth with D = {D}.")
-    out = {}
-    for m in config.models:
-        rep = identifiability_report(truth, gate=m.gate, activation=m.activation, n_experts=K,
-                                     n_heads=H, n_tokens=N)
-        rec = rep.to_dict()
-        rec["label"] = verdict_label(rec)
-        noise = config.data.noise
-        for a, alt in zip(rec["near_alternatives"], rep.near_alternatives):
-            a["noise"] = noise
-            a["n_to_resolve"] = alt.samples_to_resolve(noise) if noise > 0 else None
-        out[m.name] = rec
-    return out
-
-
-def annotate_rates(rates, config, truth=None):
-    """Add the identifiability verdict to a study's rates (``rates.json``), in place.
-
-    Each model gets ``rates[model]["identifiability"]`` (:func:`study_verdicts`), and each
-    parameter metric (Voronoi loss and its parts, extra weight, expert error) a ``"reading"``:
-    ``"rate"`` for an identifiable model, ``"not a rate: not identifiable (<obstructions>)"``
-    or ``"rate if identifiable (identifiability unknown)"``, followed by
-    ``"; pre-asymptotic: near-alternative ..."`` when a :class:`NearAlternative` needs more
-    samples than the grid's largest ``n`` (``P σ² / rms_gap²`` with the study's noise σ). The
-    regression error is a rate for every model (Proposition 1).
-
-    A study that cannot be assessed (``K < K*``, which a study config allows) gets the verdict
-    ``"unknown"`` with the reason, instead of an error.
-
-    Returns
-    -------
-    dict
-        ``rates``.
-    """
-    try:
-        verdicts = study_verdicts(config, truth)
-    except ValueError as exc:
-        rec = {"identifiable": "unknown", "verdict": "unknown", "reason": str(exc),
-               "obstructions": [], "near_alternatives": [],
-               "label": f"identifiability not assessed: {exc}"}
-        verdicts = {m.name: dict(rec) for m in config.models}
-    n_max = max(config.grid.n)
-    for model, per in rates.items():
-        rec = verdicts.get(model)
-        if rec is None:
-            continue
-        per["identifiability"] = rec
-        slow = [a for a in rec["near_alternatives"]
-                if a.get("n_to_resolve") is not None and a["n_to_resolve"] > n_max]
-        for metric in PARAMETER_METRICS:
-            if metric in per and "slope" in per[metric]:
-                if rec["verdict"] == "not identifiable":
-                    reading = "not a rate: " + rec["label"]
-                elif rec["verdict"] == "identifiable":
-                    reading = "rate"
-                else:
-                    reading = "rate if identifiable (identifiability unknown)"
-                if slow and rec["verdict"] != "not identifiable":
-                    a = slow[0]
-                    reading += (f"; pre-asymptotic: near-alternative {a['name']} (rms gap "
-                                f"{a['rms_gap']:.1e}) unresolved below n ~ "
-                                f"{a['n_to_resolve']:.1e}")
-                per[metric]["reading"] = reading
-    return rates

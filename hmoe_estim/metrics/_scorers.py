@@ -20,7 +20,7 @@ import inspect
 import numpy as np
 from sklearn.exceptions import NotFittedError
 
-from ..model._measure import MixingMeasure
+from ..model import MixingMeasure
 
 __all__ = [
     "make_voronoi_scorer",

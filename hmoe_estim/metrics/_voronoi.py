@@ -21,7 +21,7 @@ For a fitted measure ``G`` (channels ``(h', k')``) and the true ``G*`` (channels
    ``‖f_G^{h',k'} + f_{G*}^{h,k}‖``; the cell sums use the signed weights ``s ω`` and the atom
    terms ``|ω| Σ_i (‖ΔM_i‖^e + ‖s a_i − a*_i‖^e)``. So every point ``(ω* + c, a*) + (c, −a*)``
    of the continuum of an over-specified tanh fit has loss 0 (see
-   :mod:`hmoe_estim.identifiability`). Other activations and gates: ``s = 1``.
+   :func:`hmoe_estim.metrics.identifiability_report`). Other activations and gates: ``s = 1``.
 
 Why one module of this size: the cells, the token matching inside a pair and the loss's parts
 are one computation (the loss reuses the cells' matching); half of the length is the docstrings

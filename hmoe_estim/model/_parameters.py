@@ -11,6 +11,7 @@ order, so ``xᵀ M x = Σ_{p<=q} c_pq M[p,q] x_p x_q`` with ``c_pq = 1`` on the 
 
 import numpy as np
 
+from ..kernels import offsets
 from ._measure import MixingMeasure
 
 __all__ = ["n_params", "pack", "unpack", "triangle_indices", "make_bounds"]
@@ -23,8 +24,7 @@ def triangle_indices(D):
 
 def n_params(H, N, K, D):
     """Number of free parameters of an (H, K, N)-HMoE on ``R^D``."""
-    T = D * (D + 1) // 2
-    return H * K + H * (N - 1) * T + H * N * K * D
+    return offsets(H, N, K, D)[3]
 
 
 def pack(measure):
@@ -44,9 +44,7 @@ def unpack(theta, shape):
         raise ValueError(
             f"theta has shape {theta.shape}; shape {shape} needs ({n_params(H, N, K, D)},)."
         )
-    T = D * (D + 1) // 2
-    o1 = H * K
-    o2 = o1 + H * (N - 1) * T
+    T, o1, o2, _ = offsets(H, N, K, D)
     omega = theta[:o1].reshape(H, K)
     tri = theta[o1:o2].reshape(H, N - 1, T)
     a = theta[o2:].reshape(H, N, K, D)

@@ -4,7 +4,7 @@ import numpy as np
 
 from .._names import ACTIVATION_CODES, GATE_CODES
 from .._validation import check_activation, check_gate
-from ..kernels.objective import predict as _predict_kernel
+from ..kernels import predict as _predict_kernel
 from ._measure import MixingMeasure
 from ._parameters import pack
 

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .._defaults import OMEGA_MAX, PARAM_BOUND
 from ._measure import MixingMeasure
 from ._parameters import triangle_indices
 
@@ -30,7 +31,7 @@ def _triangle(D):
 
 
 def random_start(
-    shape, rng, *, x_rms=1.0, y_scale=1.0, omega_max=10.0, param_bound=10.0,
+    shape, rng, *, x_rms=1.0, y_scale=1.0, omega_max=OMEGA_MAX, param_bound=PARAM_BOUND,
     positive_weights=True,
 ):
     """Draw a random :class:`MixingMeasure` of ``shape = (H, N, K, D)``, scaled to the data.
@@ -57,7 +58,7 @@ def random_start(
 
 
 def random_start_theta(
-    shape, rng, *, x_rms=1.0, y_scale=1.0, omega_max=10.0, param_bound=10.0,
+    shape, rng, *, x_rms=1.0, y_scale=1.0, omega_max=OMEGA_MAX, param_bound=PARAM_BOUND,
     positive_weights=True,
 ):
     """``pack(random_start(...))`` with the same draws, without building the measure.

@@ -1,26 +1,53 @@
 """Local solvers of the least-squares objective (eq. (3)) and the global search around them.
 
-``_gauss_newton`` — bounded Levenberg–Marquardt on the fused ``JᵀJ`` / ``Jᵀr`` kernel
-(``kernels/jacobian.py``); ``_multistart`` — L-BFGS-B from several starts; ``_search`` — the
-racing of many random starts, the signed-weight search of sign-symmetric models, and
-perturb-and-refit. See :doc:`/user_guide/solver` for what each strategy was measured to do.
+One shape for a fit (documentation: the solver page):
+
+- :class:`Problem` — the data, the parameter layout, the box, the gate, the options;
+- local solvers behind one interface, :class:`LocalSolver`: :class:`LevenbergMarquardt`
+  (the default) and :class:`LBFGSB`; both end a start with a :class:`SolveResult` whose
+  ``status`` is a key of one message table, :data:`MESSAGES`;
+- :class:`Search` — the race, the moves (:class:`HeadRestarts`, :class:`ExpertReassignment`,
+  :class:`SoftModes`), the rounds and the agreement check; every ``"auto"`` resolved from one
+  table (``solvers/_schedule.py``).
+
+Names are loaded on first use (PEP 562): ``count_agreeing`` needs NumPy only.
 """
 
-from ._gauss_newton import STAT_TOL, LMResult, levenberg_marquardt, run_lm_starts
-from ._multistart import StartResult, run_starts
-from ._search import count_agreeing, fold_signs, has_sign_symmetry, hop, race, signed_bounds
+import importlib
 
-__all__ = [
-    "StartResult",
-    "run_starts",
-    "LMResult",
-    "levenberg_marquardt",
-    "run_lm_starts",
-    "STAT_TOL",
-    "race",
-    "hop",
-    "has_sign_symmetry",
-    "fold_signs",
-    "signed_bounds",
-    "count_agreeing",
-]
+#: public name -> module of this package that defines it
+_LAZY = {
+    "Problem": "_problem",
+    "has_sign_symmetry": "_problem",
+    "SolveResult": "_result",
+    "MESSAGES": "_result",
+    "LocalSolver": "_local",
+    "LevenbergMarquardt": "_local",
+    "LBFGSB": "_local",
+    "Search": "_search",
+    "SearchResult": "_search",
+    "make_search": "_search",
+    "Schedule": "_schedule",
+    "Move": "_moves",
+    "HeadRestarts": "_moves",
+    "ExpertReassignment": "_moves",
+    "SoftModes": "_moves",
+    "count_agreeing": "_agreement",
+    "AGREE_TOL": "_agreement",
+    "STAT_TOL": "_lm",
+    "levenberg_marquardt": "_lm",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return [*__all__, "__all__"]

@@ -7,6 +7,7 @@ each to ``OUT/results.jsonl`` as it finishes. Modules: ``_config`` (TOML, valida
 ``_seeds`` (one seed per fit), ``_plan`` (truth, reference sample, fits to run), ``_fit`` (one
 fit and its record), ``_results`` (the crash-safe JSON-lines store), ``_store`` (the output
 folder and its lock), ``_runner`` (the run loop), ``_diagnostics``, ``_rates``, ``_plotting``,
+``_verdicts`` (the identifiability verdict of each model and the reading of its rates),
 ``_progress``, ``_dask`` and ``_cli``.
 """
 
@@ -64,6 +65,7 @@ from ._store import (
     load_study,
     prepare_out,
 )
+from ._verdicts import annotate_rates, study_verdicts
 
 __all__ = [
     # configuration
@@ -80,7 +82,7 @@ __all__ = [
     "certificate_summary", "certified_records", "format_certificate",
     "fit_diagnostics", "format_diagnostics", "sort_records", "write_rates",
     "fit_power_law", "fit_log_law", "fit_rates", "rates_from_records", "format_rates_table",
-    "RATE_METRICS", "CRITERION", "MODEL_KEYS",
+    "RATE_METRICS", "CRITERION", "MODEL_KEYS", "study_verdicts", "annotate_rates",
     "plot_learning_curves", "PLOT_METRICS", "METRIC_TITLES", "PlottingError",
     "ProgressBar", "format_duration",
     # command line

@@ -297,7 +297,7 @@ def _dispatch(args):
             records = certified_records(records)[0]
             title += " (certified fits only)"
         rates = rates_from_records(records, random_state=config.seed)
-        from ..metrics._identifiability import annotate_rates
+        from ._verdicts import annotate_rates
 
         annotate_rates(rates, config)
         path = _plot_path(args.out, args.output)

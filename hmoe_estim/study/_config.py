@@ -32,7 +32,8 @@ file has these parts (every key optional unless marked; unknown keys are an erro
 
     [fit]
     n_experts = 3                  # fitted K (default K* + 1); K < K* is allowed, flagged
-    n_starts = 4                   # random multi-starts of L-BFGS-B
+    solver = "lm"                  # "lm" (Levenberg–Marquardt search) or "lbfgs" (L-BFGS-B)
+    n_starts = 4                   # starts run to convergence per search round
     max_iter = 1000
     tol = 1e-9
     param_bound = 10.0             # box of M and a (A.1)
@@ -66,6 +67,7 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 
+from .._defaults import MAX_ITER, N_STARTS, OMEGA_MAX, PARAM_BOUND, SOLVER, SOLVERS, TOL
 from .._names import ACTIVATIONS, GATE_LABELS, GATES
 
 __all__ = [
@@ -88,6 +90,15 @@ PRESETS = ("quick", "full")
 #: Top-level keys of a config that describe a study without changing its numbers: left out of
 #: :meth:`StudyConfig.config_hash` and of the comparison that lets a stored study resume.
 DESCRIPTIVE_KEYS = ("description",)
+
+
+def _fit_dict(fit):
+    """The ``[fit]`` section as a dict; ``solver`` only when it is not the default, so that
+    folders written before studies could name a solver keep their hash and resume."""
+    d = dataclasses.asdict(fit)
+    if d["solver"] == SOLVER:
+        del d["solver"]
+    return d
 
 
 def without_descriptive(config_dict):
@@ -246,18 +257,20 @@ class GridConfig:
 class FitConfig:
     """Estimator settings (:class:`~hmoe_estim.estimators.HMoERegressor`) and start strategy.
 
-    ``n_experts`` None means ``K* + 1``.
+    ``n_experts`` None means ``K* + 1``; ``solver`` is the estimator's local solver
+    (``"lm"`` or ``"lbfgs"``); the defaults are the estimator's (``hmoe_estim/_defaults.py``).
     """
 
     n_experts: int = None
-    n_starts: int = 4
-    max_iter: int = 1000
-    tol: float = 1e-9
-    param_bound: float = 10.0
-    omega_max: float = 10.0
+    n_starts: int = N_STARTS
+    max_iter: int = MAX_ITER
+    tol: float = TOL
+    param_bound: float = PARAM_BOUND
+    omega_max: float = OMEGA_MAX
     init: str = "random"
     near_truth_noise: float = 0.1
     split_init: bool = False
+    solver: str = SOLVER
 
 
 @dataclass(frozen=True)
@@ -364,7 +377,7 @@ class StudyConfig:
             "truth": truth,
             "data": dataclasses.asdict(self.data),
             "grid": {"n": list(self.grid.n), "reps": self.grid.reps},
-            "fit": dataclasses.asdict(self.fit),
+            "fit": _fit_dict(self.fit),
             "metrics": dataclasses.asdict(self.metrics),
         }
 
@@ -461,7 +474,7 @@ def _models(raw, default_activation):
 
 
 def _measure_dict(raw, where):
-    from ..model._measure import MixingMeasure
+    from ..model import MixingMeasure
 
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} must be a table with omega, M and a.")
@@ -596,11 +609,13 @@ def _from_dict(d, base_dir=None):
         raise ConfigError("fit.split_init needs fit.n_experts >= 2 (it splits a K-1 fit).")
     fit = FitConfig(
         n_experts=K,
-        n_starts=_int(fit_raw.get("n_starts", 4), "fit.n_starts", 1),
-        max_iter=_int(fit_raw.get("max_iter", 1000), "fit.max_iter", 1),
-        tol=_float(fit_raw.get("tol", 1e-9), "fit.tol", positive=True),
-        param_bound=_float(fit_raw.get("param_bound", 10.0), "fit.param_bound", positive=True),
-        omega_max=_float(fit_raw.get("omega_max", 10.0), "fit.omega_max", positive=True),
+        n_starts=_int(fit_raw.get("n_starts", N_STARTS), "fit.n_starts", 1),
+        max_iter=_int(fit_raw.get("max_iter", MAX_ITER), "fit.max_iter", 1),
+        tol=_float(fit_raw.get("tol", TOL), "fit.tol", positive=True),
+        param_bound=_float(fit_raw.get("param_bound", PARAM_BOUND), "fit.param_bound",
+                           positive=True),
+        omega_max=_float(fit_raw.get("omega_max", OMEGA_MAX), "fit.omega_max", positive=True),
+        solver=_str(fit_raw.get("solver", SOLVER), "fit.solver", tuple(SOLVERS)),
         init=_str(fit_raw.get("init", "random"), "fit.init", INIT_CHOICES),
         near_truth_noise=_float(fit_raw.get("near_truth_noise", 0.1), "fit.near_truth_noise",
                                 nonneg=True),
@@ -620,8 +635,8 @@ def _from_dict(d, base_dir=None):
             f"{grid.reps} reps = {n_fits} fits; at most {MAX_FITS} are supported. Lower "
             "grid.reps or the number of sample sizes."
         )
-    from ..estimators._guards import MAX_FIT_BYTES, fit_memory_bytes
-    from ..model._parameters import n_params
+    from ..estimators import MAX_FIT_BYTES, fit_memory_bytes
+    from ..model import n_params
 
     shape = (truth.n_heads, truth.n_tokens, fit.n_experts, truth.n_features)
     need = fit_memory_bytes(shape, grid.n[-1], "value") + 48 * grid.n[-1] * (truth.n_features + 1)

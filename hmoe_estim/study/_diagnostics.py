@@ -17,7 +17,7 @@ def starts_agreeing(record):
     if record.get("n_starts_agreeing") is not None:
         return int(record["n_starts_agreeing"])
     # (imported here: the solvers package loads Numba, which reading a study does not need)
-    from ..solvers._search import AGREE_TOL, count_agreeing
+    from ..solvers import AGREE_TOL, count_agreeing
 
     return count_agreeing(record.get("start_objectives", []), record["n"], AGREE_TOL)
 
@@ -111,7 +111,7 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
         how many fits that dropped and ``found_twice``, the share of the model's fits whose
         best objective two or more starts reached (:func:`fit_diagnostics`);
         ``identifiability`` holds the model's verdict and each parameter metric a
-        ``"reading"`` of its slope (:func:`hmoe_estim.metrics.annotate_rates`).
+        ``"reading"`` of its slope (:func:`hmoe_estim.study.annotate_rates`).
     """
     from ._certificate import certified_records
     from ._rates import RATE_METRICS, rates_from_records
@@ -135,7 +135,7 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
                                 "dropped": dropped.get(model, 0),
                                 "found_twice": twice[model]}
     # the identifiability verdict of each model next to its slopes
-    from ..metrics._identifiability import annotate_rates
+    from ._verdicts import annotate_rates
 
     annotate_rates(rates, config)
     _write_json_atomic(os.path.join(out, RATES_FILE), rates)

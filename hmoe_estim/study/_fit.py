@@ -25,12 +25,10 @@ __all__ = ["run_fit"]
 def _fit_one(config, truth, model, n, rep, seed):
     from sklearn.exceptions import ConvergenceWarning
 
-    from ..datasets._generator import make_hmoe_regression
-    from ..estimators._regressor import HMoERegressor
-    from ..metrics._expert import expert_error, regression_error
-    from ..metrics._voronoi import voronoi_loss
-    from ..model._regression import regression_function
-    from ..model._starts import split_heaviest_channel
+    from ..datasets import make_hmoe_regression
+    from ..estimators import HMoERegressor
+    from ..metrics import expert_error, regression_error, voronoi_loss
+    from ..model import regression_function, split_heaviest_channel
 
     fit = config.fit
     data_seed, est_seed, split_seed = _child_seeds(seed)
@@ -41,7 +39,7 @@ def _fit_one(config, truth, model, n, rep, seed):
     H, N, K, D = config.fitted_shape
     params = dict(
         n_heads=H, n_tokens=N, gate=model.gate, activation=model.activation,
-        n_starts=fit.n_starts, max_iter=fit.max_iter, tol=fit.tol,
+        solver=fit.solver, n_starts=fit.n_starts, max_iter=fit.max_iter, tol=fit.tol,
         param_bound=fit.param_bound, omega_max=fit.omega_max, n_jobs=1,
     )
     init = []
@@ -102,6 +100,7 @@ def _fit_one(config, truth, model, n, rep, seed):
         "regression_error": regression_error(G, truth, **kw),
         "fit_seconds": fit_seconds,
         "converged": bool(est.converged_),
+        "search_rounds": int(est.search_rounds_),
         "objective": float(est.objective_),
         "start_objectives": [float(v) for v in est.start_objectives_],
         "n_starts_agreeing": int(est.n_starts_agreeing_),
@@ -137,9 +136,9 @@ def run_fit(config, truth, model_name, n, rep, seed, numba_threads=None):
     """
     try:
         if numba_threads is not None:
-            import numba
+            from ..kernels import set_numba_threads
 
-            numba.set_num_threads(max(1, min(int(numba_threads), numba.config.NUMBA_NUM_THREADS)))
+            set_numba_threads(numba_threads)
         model = config.model(model_name)
         rec = _fit_one(config, truth, model, n, rep, seed)
         rec["host"] = socket.gethostname()

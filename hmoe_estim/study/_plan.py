@@ -13,12 +13,12 @@ __all__ = ["true_measure", "reference_sample_for", "near_truth_starts", "plan_fi
 
 def true_measure(config):
     """The study's ``G*``: the given measure, or ``random_measure`` of the truth section."""
-    from ..model._measure import MixingMeasure
+    from ..model import MixingMeasure
 
     t = config.truth
     if t.measure is not None:
         return MixingMeasure.from_dict(t.measure)
-    from ..datasets._generator import random_measure
+    from ..datasets import random_measure
 
     return random_measure(
         t.n_heads, t.n_tokens, t.n_experts, t.n_features, scale=t.scale, random_state=t.seed
@@ -54,7 +54,7 @@ def near_truth_starts(truth, n_experts, n_starts, noise, rng, *, param_bound, om
     list of MixingMeasure
         ``n_starts`` measures of shape ``(H*, N*, K, D)``.
     """
-    from ..model._measure import MixingMeasure
+    from ..model import MixingMeasure
 
     G = truth.normalized()
     H, N, Ks, D = G.shape

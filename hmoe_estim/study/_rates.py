@@ -385,6 +385,6 @@ def format_rates_table(rates, *, labels=None):
                 f"{_fmt(ln['power'], '.1f') + ' / ' + _fmt(ln['log'], '.3g'):>21}"
                 + ("" if r.get("reading", "rate") == "rate" else f"  <- {r['reading']}")
             )
-        if "identifiability" in per:  # hmoe_estim.identifiability.annotate_rates
+        if "identifiability" in per:  # hmoe_estim.study.annotate_rates
             lines.append(f"{name:<12} identifiability: {per['identifiability']['label']}")
     return "\n".join(lines)

@@ -188,7 +188,7 @@ def prepare_out(out, config):
         })
     truth = true_measure(config)
     if os.path.exists(truth_path):
-        from ..model._measure import MixingMeasure
+        from ..model import MixingMeasure
 
         stored = _read_json(truth_path, "truth.json")
         try:

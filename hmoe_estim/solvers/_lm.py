@@ -46,28 +46,30 @@ rule, ``σ̂² = S / n``) then reads ``S`` for ``Σ r²``.
 
 Cost. The race runs most iterations on 1024–4096 samples, where a kernel call takes tens of
 microseconds and the Python around it as much: the starts of a batch share one set-up of the
-kernel calls (:class:`_Passes`: entry point, buffers, thread count, set once), the BLAS
-thread limit is set once per batch, and an iteration makes only the NumPy calls the step
-needs. Results are the same bits as with the kernels' wrappers
+kernel calls (:class:`~hmoe_estim.kernels.KernelPasses`: entry point, buffers, thread count,
+set once), the BLAS thread limit is set once per batch, and an iteration makes only the NumPy
+calls the step needs. Results are the same bits as with the kernels' wrappers
 (``tests/test_gauss_newton_passes.py``).
 """
 
 import math
-import sys
 from contextlib import nullcontext
-from dataclasses import dataclass
-from functools import partial as partial_call
 
 import numpy as np
-from numba import njit
 
 from .._names import ACTIVATION_CODES, GATE_CODES
-from ..kernels.objective import chunk_total, mixed_values, penalty_weights
-from ..kernels.target import collector_paused
-from ..model import n_params
-from ._multistart import StartResult
+from ..kernels import (
+    KernelPasses,
+    collector_paused,
+    damped_step,
+    free_set,
+    numba_threads,
+    penalty_weights,
+    single_thread_blas,
+)
+from ._result import SolveResult, message
 
-__all__ = ["LMResult", "levenberg_marquardt", "run_lm_starts", "STAT_TOL"]
+__all__ = ["levenberg_marquardt", "run_lm_starts", "STAT_TOL"]
 
 _MU0 = 1e-3
 _MU_MAX = 1e16
@@ -84,221 +86,6 @@ STAT_TOL = 1e-2
 LM_SERIAL_BELOW = 8192
 #: Iterations over which the stall rule looks back.
 STALL_WINDOW = 10
-
-
-@dataclass
-class LMResult(StartResult):
-    """A :class:`~hmoe_estim.solvers._multistart.StartResult` with the kernel passes and the final
-    damping.
-
-    ``n_passes = n_jac + n_fev``; ``n_jac``: calls of the Jacobian kernel (one per iteration, plus
-    the start);
-    ``n_fev``: calls of the forward-only sum of squares (trial points);
-    ``damping``: the final ``μ`` (to resume the start); ``offset``: the fitted intercept
-    (0 unless ``fit_offset``).
-    """
-
-    n_jac: int = 0
-    n_fev: int = 0
-    damping: float = _MU0
-    offset: float = 0.0
-
-    def __post_init__(self):
-        self.n_passes = self.n_jac + self.n_fev
-
-
-class _single_thread_blas:
-    """Limit the BLAS to one thread, once per batch of starts.
-
-    The P × P factorisations are tiny; a multi-threaded BLAS would only spin threads that
-    steal the cores of the Numba kernels. Nested uses are free. The thread-pool controller
-    (a scan of the loaded libraries: ~3 ms, as much as the race of a small fit's
-    iterations save elsewhere) is made once and made again only when modules were imported
-    since, which may have loaded another BLAS.
-    """
-
-    _depth = 0
-    _controller = None
-    _n_modules = -1
-
-    def __enter__(self):
-        if _single_thread_blas._depth == 0:
-            cls = _single_thread_blas
-            if cls._controller is None or cls._n_modules != len(sys.modules):
-                from threadpoolctl import ThreadpoolController
-
-                cls._controller = ThreadpoolController()
-                cls._n_modules = len(sys.modules)
-            self._ctx = cls._controller.limit(limits=1, user_api="blas")
-        else:
-            self._ctx = None
-        _single_thread_blas._depth += 1
-        return self
-
-    def __exit__(self, *exc):
-        _single_thread_blas._depth -= 1
-        if self._ctx is not None:
-            self._ctx.unregister()
-        return False
-
-
-@njit(cache=True)
-def _damped_step(A, g, free, dscale, mu, idx, L, w, s):
-    """``s_F = −(A_FF + μ diag(d_F))⁻¹ g_F`` by Cholesky, written into ``s`` (zero off ``F``);
-    returns False (and ``s = 0``) if the factorisation fails (``A_FF`` singular or indefinite in
-    rounding) or ``s`` is not finite.
-
-    ``idx`` (P, int64), ``L`` (P × P, its leading m × m block the factor), ``w`` (P) and ``s``
-    (P) are the caller's workspace: no allocation here, so nothing but this function compiles
-    on a cold start.
-    """
-    P = g.shape[0]
-    m = 0
-    for p in range(P):
-        s[p] = 0.0
-        if free[p]:
-            idx[m] = p
-            m += 1
-    for i in range(m):
-        for j in range(i + 1):
-            v = A[idx[i], idx[j]]
-            if i == j:
-                v += mu * dscale[idx[i]]
-            for k in range(j):
-                v -= L[i, k] * L[j, k]
-            if i == j:
-                if not (v > 0.0):  # also catches NaN
-                    return False
-                L[i, i] = np.sqrt(v)
-            else:
-                L[i, j] = v / L[j, j]
-    for i in range(m):  # L w = −g_F
-        v = -g[idx[i]]
-        for k in range(i):
-            v -= L[i, k] * w[k]
-        w[i] = v / L[i, i]
-    for i in range(m - 1, -1, -1):  # Lᵀ s_F = w
-        v = w[i]
-        for k in range(i + 1, m):
-            v -= L[k, i] * s[idx[k]]
-        s[idx[i]] = v / L[i, i]
-    for p in range(P):
-        if not np.isfinite(s[p]):
-            for q in range(P):
-                s[q] = 0.0
-            return False
-    return True
-
-
-@njit(cache=True)
-def _free_set(A, g, theta, lower, upper, free, dscale):
-    """The free set and the damping scale of an iteration, in one call (a dozen small-array
-    NumPy calls cost as much as the kernel on a race's subsample); returns ``n_free``.
-
-    ``free``: not held at a bound by the gradient; ``dscale = max(diag A, 1e-12 · max diag A)``
-    (``1e-300`` at least), both written into the caller's arrays; ``n_free``: how many are free.
-    """
-    P = g.shape[0]
-    dmax = 0.0
-    for p in range(P):
-        if A[p, p] > dmax:
-            dmax = A[p, p]
-    # max(a, b) written out as Numba's own select (b if b > a else a): no compiled overload
-    floor = 1e-12 * (1e-300 if 1e-300 > dmax else dmax)
-    n_free = 0
-    for p in range(P):
-        d = A[p, p]
-        dscale[p] = floor if floor > d else d
-        held = (theta[p] <= lower[p] and g[p] > 0) or (theta[p] >= upper[p] and g[p] < 0)
-        free[p] = not held
-        if not held:
-            n_free += 1
-    return n_free
-
-
-class _Passes:
-    """The two kernel passes of the iterations, set up once for the starts on one data set.
-
-    ``sums(theta, offset)`` returns what
-    :func:`~hmoe_estim.kernels.jacobian.gauss_newton_sums` returns, followed by whether
-    ``JᵀJ``, ``Jᵀr`` and ``Σ r²`` are all finite; ``values(theta)`` returns what
-    :func:`~hmoe_estim.kernels.objective.predict` returns, in a buffer that the next call
-    overwrites. Both run the compiled pass of those functions with the same arguments and
-    chunks, added in the same order — the same bits — but skip their per-call set-up (entry
-    point, layout, buffers, thread count, array checks), which on the race's subsamples of a
-    linear gate (1024 samples) cost a quarter of the kernel time. The thread count is read
-    here once: the caller keeps it fixed while the starts run. ``theta`` must be a
-    C-contiguous float64 array that is not modified afterwards: the mixed values
-    ``b = Σ_k ω_k a_k`` of the linear gates are kept from one call to the next with the same
-    ``theta`` object (a trial point's forward pass, then its sums once accepted).
-    """
-
-    def __init__(self, XT, y, shape, g_code, a_code):
-        from ..kernels.jacobian import _entry, _jchunks, _symmetric_index
-        from ..kernels.objective import GATE_NONE, GATE_OUTPUT, _chunks, kernel_threads
-
-        H, N, K, D = (int(v) for v in shape)
-        XT = np.ascontiguousarray(XT, dtype=np.float64)
-        yc = np.ascontiguousarray(y, dtype=np.float64)
-        n = XT.shape[1]
-        P = n_params(H, N, K, D)
-        ntri = P * (P + 1) // 2
-        width = ntri + 2 * P + 2  # per chunk: [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
-        partial = np.zeros((_jchunks(n, width)[1], width))
-        no_sums = np.zeros((_chunks(n)[1], 0))  # a forward pass: the chunks only split the work
-        out = np.empty(n)
-        sym = _symmetric_index(P)
-        zeros = np.zeros(ntri + P + 1)
-        empty = np.zeros(0)
-        self.n, self.shape = n, (H, N, K, D)
-        self.penalty_weights = None
-        # rounding level of Σ r²: residuals of a few ulp of the targets (module docstring)
-        nm = n if n > 0 else 1
-        self.floor = nm * (1e-13 * (float(np.sqrt(np.mean(y ** 2))) if n > 0 else 0.0)) ** 2
-        nthreads = kernel_threads(n)
-        entry = _entry(nthreads > 1, g_code, a_code)
-        if nthreads <= 1:
-            run = partial_call(entry, 0, 1)
-        else:
-            def run(*args):
-                return entry(*args, nthreads)
-        linear = g_code == GATE_NONE or g_code == GATE_OUTPUT
-        last = [None, empty]  # the theta of the last call and its mixed values
-
-        def mixed(theta):
-            if not linear:
-                return empty  # what mixed_values returns for the other gates
-            if theta is not last[0]:
-                last[0], last[1] = theta, mixed_values(theta, H, N, K, D, g_code)
-            return last[1]
-
-        def values(theta):
-            run(theta, XT, empty, 0.0, mixed(theta), H, N, K, g_code, a_code, no_sums, out,
-                False)
-            return out
-
-        def sums(theta, offset):
-            partial.fill(0.0)
-            run(theta, XT, yc, float(offset), mixed(theta), H, N, K, g_code, a_code, partial,
-                empty, True)
-            total = chunk_total(partial)
-            # JᵀJ, Jᵀr and Σr² all finite iff Σ_p total_p · 0 is: a finite entry gives ±0,
-            # an infinite or NaN one NaN (one dot product instead of isfinite(...).all())
-            finite = math.isfinite(total[:ntri + P + 1].dot(zeros))
-            return (total[sym], total[ntri:ntri + P], float(total[ntri + P]),
-                    total[ntri + P + 1:ntri + 2 * P + 1], float(total[ntri + 2 * P + 1]), finite)
-
-        self.values, self.sums = values, sums
-        self._workspace = {}
-
-    def workspace(self, P):
-        """Scratch arrays of :func:`_free_set` and :func:`_damped_step` for ``P`` parameters."""
-        ws = self._workspace.get(P)
-        if ws is None:
-            ws = self._workspace[P] = (
-                np.empty(P, dtype=np.bool_), np.empty(P), np.empty(P, dtype=np.int64),
-                np.empty((P, P)), np.empty(P), np.empty(P), np.empty(P))
-        return ws
 
 
 def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *, max_iter=200,
@@ -336,11 +123,11 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
 
     Returns
     -------
-    LMResult
+    SolveResult
         ``objective`` is the mean squared residual ``Σ r² / n``, plus the penalty when
         ``alpha > 0`` — the value of ``objective_and_gradient`` at the result.
     """
-    passes = _Passes(XT, y, shape, GATE_CODES[gate], ACTIVATION_CODES[activation])
+    passes = KernelPasses(XT, y, shape, GATE_CODES[gate], ACTIVATION_CODES[activation])
     return _levenberg_marquardt(
         passes, theta0, y, lower, upper, max_iter=max_iter, tol=tol, stat_tol=stat_tol,
         mu0=mu0, offset=offset, fit_offset=fit_offset, alpha=alpha, n_jac=n_jac, n_fev=n_fev,
@@ -350,7 +137,8 @@ def levenberg_marquardt(theta0, XT, y, shape, gate, activation, lower, upper, *,
 def _levenberg_marquardt(passes, theta0, y, lower, upper, *, max_iter=200, tol=1e-9,
                          stat_tol=STAT_TOL, mu0=_MU0, offset=0.0, fit_offset=False, alpha=0.0,
                          n_jac=0, n_fev=0, n_iter=0):
-    """:func:`levenberg_marquardt` on the data of ``passes`` (a :class:`_Passes`)."""
+    """:func:`levenberg_marquardt` on the data of ``passes`` (a
+    :class:`~hmoe_estim.kernels.KernelPasses`)."""
     n = passes.n
     if fit_offset:
         lower = np.append(lower, -np.inf)
@@ -393,61 +181,55 @@ def _levenberg_marquardt(passes, theta0, y, lower, upper, *, max_iter=200, tol=1
             finite = bool(np.isfinite(ssr) and np.isfinite(A).all() and np.isfinite(g).all())
         return A, g, ssr, finite
 
-    def result(t, ssr, it, converged, message, mu):
+    def result(t, ssr, it, status, mu, **fields):
         th, off = split(t)
-        return LMResult(
+        return SolveResult(
             theta=th.copy(), objective=float(ssr / nm) if math.isfinite(ssr) else np.inf,
-            n_iter=it, converged=converged, message=message, n_jac=n_jac, n_fev=n_fev,
-            damping=float(mu), offset=float(off),
+            n_iter=it, status=status, message=message(status, **fields),
+            n_passes=n_jac + n_fev, n_jac=n_jac, n_fev=n_fev, damping=float(mu),
+            offset=float(off),
         )
 
     # workspace of the compiled helpers (free set, damping scale, the Cholesky step): written
     # before it is read, so shared by the starts of a batch
     free, dscale, idx, L, w, s_gn, s = passes.workspace(P)
-    first = collector_paused() if not _damped_step.signatures else nullcontext()
-    with _single_thread_blas(), first:  # the first call compiles the helpers
+    first = collector_paused() if not getattr(damped_step, "signatures", True) else nullcontext()
+    with single_thread_blas(), first:  # the first call compiles the helpers
         A, g, ssr, finite = sums(theta)
         n_jac += 1
         if not math.isfinite(ssr):
-            return result(theta, np.inf, n_iter, False,
-                          "the objective is not finite at the start", mu0)
+            return result(theta, np.inf, n_iter, -1, mu0)
         if not finite:
-            return result(theta, ssr, n_iter, False,
-                          "the Jacobian is not finite at the start", mu0)
+            return result(theta, ssr, n_iter, -2, mu0)
         mu, nu = float(mu0), 2.0
         it = 0
         history = []
         while True:
             if ssr <= floor:
-                return result(theta, ssr, n_iter + it, True,
-                              "the residuals are at rounding level", mu)
-            n_free = _free_set(A, g, theta, lower, upper, free, dscale)
+                return result(theta, ssr, n_iter + it, 3, mu)
+            n_free = free_set(A, g, theta, lower, upper, free, dscale)
             if n_free == 0:
-                return result(theta, ssr, n_iter + it, True,
-                              "every parameter is held at a bound", mu)
+                return result(theta, ssr, n_iter + it, 4, mu)
             # Gauss–Newton decrement on the free parameters: the stopping rule
             eps = _EPS_DECREMENT
-            ok = _damped_step(A, g, free, dscale, eps, idx, L, w, s_gn)
+            ok = damped_step(A, g, free, dscale, eps, idx, L, w, s_gn)
             while not ok and eps < 1.0:
                 eps *= 100.0
-                ok = _damped_step(A, g, free, dscale, eps, idx, L, w, s_gn)
+                ok = damped_step(A, g, free, dscale, eps, idx, L, w, s_gn)
             decrement = float(-g.dot(s_gn)) if ok else np.inf
             if decrement <= max(tol * ssr, stat_tol * ssr / nm):
-                return result(theta, ssr, n_iter + it, True,
-                              "the Gauss-Newton decrement is below tolerance", mu)
+                return result(theta, ssr, n_iter + it, 1, mu)
             history.append(ssr)
             if len(history) > STALL_WINDOW and (
                     history[-STALL_WINDOW - 1] - ssr <= STALL_WINDOW * stat_tol * ssr / nm):
-                return result(theta, ssr, n_iter + it, True,
-                              f"stalled: decrease over {STALL_WINDOW} iterations below "
-                              "stat_tol per iteration", mu)
+                return result(theta, ssr, n_iter + it, 2, mu, window=STALL_WINDOW)
             if it >= max_iter:
-                return result(theta, ssr, n_iter + it, False,
-                              f"reached max_iter={max_iter} Jacobian passes", mu)
+                return result(theta, ssr, n_iter + it, 0, mu, max_iter=max_iter,
+                              unit="Jacobian passes")
             it += 1
             accepted = False
             while mu <= _MU_MAX:
-                ok = _damped_step(A, g, free, dscale, mu, idx, L, w, s)
+                ok = damped_step(A, g, free, dscale, mu, idx, L, w, s)
                 if not ok:  # singular / indefinite in rounding: more damping
                     mu *= nu
                     nu *= 2.0
@@ -485,14 +267,11 @@ def _levenberg_marquardt(passes, theta0, y, lower, upper, *, max_iter=200, tol=1
                 nu *= 2.0
             if not accepted:
                 ok = decrement <= max(1e-6 * ssr, 1e6 * floor)
-                msg = ("no decrease measurable in floating point" if ok else
-                       "the damping grew past 1e16 without a decrease")
-                return result(theta, ssr, n_iter + it, ok, msg, _MU0)
+                return result(theta, ssr, n_iter + it, 5 if ok else -3, _MU0)
             A_new, g_new, ssr_new, finite = sums(theta)
             n_jac += 1
             if not (math.isfinite(ssr_new) and finite):
-                return result(theta, new_ssr, n_iter + it, False,
-                              "the Jacobian is not finite at the accepted point", mu)
+                return result(theta, new_ssr, n_iter + it, -4, mu)
             A, g, ssr = A_new, g_new, ssr_new
 
 
@@ -509,18 +288,11 @@ def _run_one(theta0, passes, y, lower, upper, kwargs):
 
 def _run_batch(starts, per_start, XT, y, shape, gate, activation, lower, upper, n_threads):
     """:func:`_run_one` for each start, with the Numba thread count set once for the batch."""
-    import numba
-
-    previous = numba.get_num_threads()
-    threads = previous if n_threads is None else n_threads
     if XT.shape[1] < LM_SERIAL_BELOW:
-        threads = 1
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    try:
-        passes = _Passes(XT, y, shape, GATE_CODES[gate], ACTIVATION_CODES[activation])
+        n_threads = 1
+    with numba_threads(n_threads):
+        passes = KernelPasses(XT, y, shape, GATE_CODES[gate], ACTIVATION_CODES[activation])
         return [_run_one(t, passes, y, lower, upper, kw) for t, kw in zip(starts, per_start)]
-    finally:
-        numba.set_num_threads(previous)
 
 
 def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None, verbose=0,
@@ -532,7 +304,8 @@ def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None
     ``kernels.objective.objective_and_gradient`` and of
     ``solvers._multistart.run_starts``), and so does every result's ``theta``.
     To resume starts, ``mu0s`` gives each its damping and ``counts`` its
-    ``(n_jac, n_fev, n_iter)`` so far. Returns the list of :class:`LMResult` in start order.
+    ``(n_jac, n_fev, n_iter)`` so far. Returns the list of
+    :class:`~hmoe_estim.solvers.SolveResult` in start order.
     """
     import os
 
@@ -551,7 +324,7 @@ def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None
         return []
     jobs = min(effective_n_jobs(n_jobs), len(starts))
     if jobs <= 1:
-        with _single_thread_blas():
+        with single_thread_blas():
             return _run_batch(starts, per_start, XT, y, shape, gate, activation, lower, upper,
                               None)
     threads = max(1, (os.cpu_count() or 1) // jobs)

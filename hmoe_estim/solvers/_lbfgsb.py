@@ -6,16 +6,19 @@ kernels give bit-identical results for any number of threads, so the fit does no
 ``n_jobs``.
 """
 
-from dataclasses import dataclass
-
 import numpy as np
 from joblib import Parallel, delayed
 from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 
 from .._names import ACTIVATION_CODES, GATE_CODES
+from ..kernels import numba_threads, objective_and_gradient
+from ._result import SolveResult, message
 
 __all__ = ["StartResult", "run_starts"]
+
+#: The result type of release 0.1.0's ``hmoe_estim.optim``, now :class:`SolveResult`.
+StartResult = SolveResult
 
 #: Below this many samples (two blocks) the kernels run on one thread: there is little to
 #: split, and waking a second thread costs more than it saves. The threshold depends on the
@@ -24,42 +27,18 @@ __all__ = ["StartResult", "run_starts"]
 SERIAL_BELOW = 512
 
 
-@dataclass
-class StartResult:
-    """Outcome of one start (L-BFGS-B here; Levenberg–Marquardt in ``gauss_newton``).
-
-    ``n_passes``: passes over the data (objective+gradient evaluations for L-BFGS-B).
-    """
-
-    theta: np.ndarray
-    objective: float
-    n_iter: int
-    converged: bool
-    message: str
-    n_passes: int = 0
-
-
 def _run_one(
     theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol, n_threads,
     options=(False, 0.0),
 ):
-    import numba
-
-    previous = numba.get_num_threads()
-    threads = previous if n_threads is None else n_threads
     if XT.shape[1] < SERIAL_BELOW:
-        threads = 1
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    try:
+        n_threads = 1
+    with numba_threads(n_threads):
         return _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol, options)
-    finally:
-        numba.set_num_threads(previous)
 
 
 def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol,
             options=(False, 0.0)):
-    from ..kernels.objective import objective_and_gradient
-
     H, N, K, D = shape
     g, act = GATE_CODES[gate], ACTIVATION_CODES[activation]
 
@@ -82,12 +61,15 @@ def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol,
     value = float(res.fun)
     if not np.isfinite(value):
         value = np.inf
-    return StartResult(
+    # SciPy's status: 0 converged, 1 an iteration or evaluation limit, 2 stopped abnormally
+    status = 6 if res.success else (0 if res.status == 1 else -5)
+    detail = str(res.message)
+    return SolveResult(
         theta=np.asarray(res.x, dtype=np.float64),
         objective=value,
         n_iter=int(res.nit),
-        converged=bool(res.success),
-        message=str(res.message),
+        status=status,
+        message=detail if status != 0 else message(0, max_iter=max_iter, unit="iterations"),
         n_passes=int(res.nfev),
     )
 
@@ -96,7 +78,7 @@ def run_starts(
     starts, XT, y, shape, gate, activation, bounds, *, max_iter, tol, n_jobs=None, verbose=0,
     fit_intercept=False, alpha=0.0,
 ):
-    """Run L-BFGS-B from every start; return the list of :class:`StartResult` in start order.
+    """Run L-BFGS-B from every start; return the list of :class:`SolveResult` in start order.
 
     Parameters
     ----------

@@ -1,0 +1,121 @@
+"""Every ``"auto"`` of the search, resolved in one place from one table.
+
+:func:`resolve` turns a :class:`~hmoe_estim.solvers.Search` and a
+:class:`~hmoe_estim.solvers.Problem` into a :class:`Schedule`: the numbers the search runs
+with. Each rule below has its one-line reason; the measurements behind them are on the
+documentation's solver page.
+"""
+
+from dataclasses import dataclass, field
+
+from ._local import LevenbergMarquardt
+from ._moves import ExpertReassignment, HeadRestarts, SoftModes
+from ._problem import ODD_ACTIVATIONS
+
+__all__ = ["Schedule", "resolve"]
+
+#: Rounds of each move while it improves (the moves stop earlier after a round without).
+MOVE_ROUNDS = 10
+#: Share of the race's candidates that run its second half (successive halving).
+RACE_FRACTION = 4
+
+
+@dataclass
+class Schedule:
+    """The resolved settings of one search (see :class:`~hmoe_estim.solvers.Search`)."""
+
+    n_starts: int
+    n_candidates: int
+    race_iter: int
+    race_samples: int
+    rounds: int
+    agree: int
+    signed: bool
+    moves: list = field(default_factory=list)
+    move_rounds: int = MOVE_ROUNDS
+    race_fraction: int = RACE_FRACTION
+
+    def to_dict(self):
+        d = dict(self.__dict__)
+        d["moves"] = [type(m).__name__ for m in self.moves]
+        return d
+
+
+def _auto(value):
+    return isinstance(value, str) and value == "auto"
+
+
+def resolve(search, problem, local):
+    """The :class:`Schedule` of ``search`` on ``problem`` with the local solver ``local``.
+
+    The table, for the Levenberg–Marquardt solver (``L-BFGS-B``: no race, one round, no
+    moves, unsigned weights — multi-start L-BFGS-B as it always ran):
+
+    ============== ====================================================================
+    knob           rule
+    ============== ====================================================================
+    signed         the model's sign symmetry ``(ω, a) ≡ (−ω, −a)`` (linear gates; tanh):
+                   search over signed weights, fold back at the end
+    n_candidates   ``32 · n_starts``; MHA: ``16 · n_starts · H`` (its basins are the gate
+                   matrices', one set per head)
+    race_iter      10; value/SDPA gates with ``H > 1``: 30 (their candidates sort slowly)
+    race_samples   4096; linear gates: 1024 (nearly converged after the race); value/SDPA
+                   with ``H > 1``: 1024 (three times the iterations in the same work)
+    rounds         value/SDPA gates with tanh, or with ``H > 1``: 6; otherwise 1
+    agree          value/SDPA with tanh: 3 (two starts often agree on a local optimum
+                   there); otherwise 2
+    moves          ``H > 1``: head restarts (32 per head); value/SDPA with tanh and
+                   ``H > 1``: also expert reassignment and soft modes
+    ============== ====================================================================
+    """
+    H, N, K, D = problem.shape
+    gate, act = problem.gate, problem.activation
+    n_starts = int(search.n_starts)
+    lm = isinstance(local, LevenbergMarquardt)
+    gated = gate in ("value", "sdpa")
+    signed_gated = gated and act in ODD_ACTIVATIONS
+    several = H > 1
+
+    if _auto(search.n_candidates):
+        if not lm:
+            n_cand = n_starts
+        elif gate == "none":
+            n_cand = 16 * n_starts * H
+        else:
+            n_cand = 32 * n_starts
+    else:
+        n_cand = int(search.n_candidates)
+    if _auto(search.race_iter):
+        race_iter = 30 if (several and gated) else 10
+    else:
+        race_iter = int(search.race_iter)
+    if _auto(search.race_samples):
+        if several and gated and _auto(search.race_iter):
+            race_samples = 1024
+        else:
+            race_samples = 1024 if problem.linear else 4096
+    else:
+        race_samples = int(search.race_samples)
+    if _auto(search.rounds):
+        rounds = 6 if lm and (signed_gated or (gated and several)) else 1
+    else:
+        rounds = int(search.rounds)
+    if _auto(search.agree):
+        agree = 3 if signed_gated else 2
+    else:
+        agree = int(search.agree)
+    if _auto(search.signed):
+        signed = lm and problem.sign_symmetric
+    else:
+        signed = bool(search.signed)
+    if _auto(search.moves):
+        moves = []
+        if lm and several:
+            moves.append(HeadRestarts(per_head=32))
+            if signed_gated:
+                moves += [ExpertReassignment(), SoftModes()]
+    else:
+        moves = list(search.moves)
+    return Schedule(n_starts=n_starts, n_candidates=n_cand, race_iter=race_iter,
+                    race_samples=race_samples, rounds=rounds, agree=agree, signed=signed,
+                    moves=moves)

@@ -1,0 +1,111 @@
+"""The identifiability verdict of every model of a study, and the reading it gives its rates.
+
+:func:`study_verdicts` runs :func:`hmoe_estim.metrics.identifiability_report` on the study's
+``G*`` for each model; :func:`annotate_rates` puts the verdicts into ``rates.json`` and says
+whether each parameter metric's slope reads as a rate (see the user guide page "Which gates
+and activations are identifiable").
+"""
+
+from ._plan import true_measure
+
+__all__ = ["study_verdicts", "annotate_rates"]
+
+#: Metrics of a study whose slopes are parameter rates only for an identifiable model.
+PARAMETER_METRICS = ("voronoi_loss", "voronoi_exact", "voronoi_over", "extra_weight",
+                     "expert_error")
+
+
+def study_verdicts(config, truth=None):
+    """Verdict record of every model of a study config.
+
+    Parameters
+    ----------
+    config : StudyConfig
+    truth : MixingMeasure or None
+        The study's ``G*`` (default: :func:`~hmoe_estim.study.true_measure` of ``config``).
+
+    Returns
+    -------
+    dict
+        ``{model name: IdentifiabilityReport.to_dict() (witnesses as lists) plus "label"}``
+        (:class:`~hmoe_estim.metrics.IdentifiabilityReport`,
+        :func:`~hmoe_estim.metrics.verdict_label`).
+
+    Raises
+    ------
+    ValueError
+        The truth's shape disagrees with the config's fitted shape, or ``K < K*``.
+    """
+    # (imported here: the metrics load Numba, which reading a study does not need)
+    from ..metrics import identifiability_report, verdict_label
+
+    if truth is None:
+        truth = true_measure(config)
+    H, N, K, D = config.fitted_shape
+    if D != truth.n_features:
+        raise ValueError(f"the config fits D = {D} features but its truth has "
+                         f"{truth.n_features}: use a truth with D = {D}.")
+    out = {}
+    for m in config.models:
+        rep = identifiability_report(truth, gate=m.gate, activation=m.activation, n_experts=K,
+                                     n_heads=H, n_tokens=N)
+        rec = rep.to_dict()
+        rec["label"] = verdict_label(rec)
+        noise = config.data.noise
+        for a, alt in zip(rec["near_alternatives"], rep.near_alternatives):
+            a["noise"] = noise
+            a["n_to_resolve"] = alt.samples_to_resolve(noise) if noise > 0 else None
+        out[m.name] = rec
+    return out
+
+
+def annotate_rates(rates, config, truth=None):
+    """Add the identifiability verdict to a study's rates (``rates.json``), in place.
+
+    Each model gets ``rates[model]["identifiability"]`` (:func:`study_verdicts`), and each
+    parameter metric (Voronoi loss and its parts, extra weight, expert error) a ``"reading"``:
+    ``"rate"`` for an identifiable model, ``"not a rate: not identifiable (<obstructions>)"``
+    or ``"rate if identifiable (identifiability unknown)"``, followed by
+    ``"; pre-asymptotic: near-alternative ..."`` when a
+    :class:`~hmoe_estim.metrics.NearAlternative` needs more samples than the grid's largest
+    ``n`` (``P σ² / rms_gap²`` with the study's noise σ). The regression error is a rate for
+    every model (Proposition 1).
+
+    A study that cannot be assessed (``K < K*``, which a study config allows) gets the verdict
+    ``"unknown"`` with the reason, instead of an error.
+
+    Returns
+    -------
+    dict
+        ``rates``.
+    """
+    try:
+        verdicts = study_verdicts(config, truth)
+    except ValueError as exc:
+        rec = {"identifiable": "unknown", "verdict": "unknown", "reason": str(exc),
+               "obstructions": [], "near_alternatives": [],
+               "label": f"identifiability not assessed: {exc}"}
+        verdicts = {m.name: dict(rec) for m in config.models}
+    n_max = max(config.grid.n)
+    for model, per in rates.items():
+        rec = verdicts.get(model)
+        if rec is None:
+            continue
+        per["identifiability"] = rec
+        slow = [a for a in rec["near_alternatives"]
+                if a.get("n_to_resolve") is not None and a["n_to_resolve"] > n_max]
+        for metric in PARAMETER_METRICS:
+            if metric in per and "slope" in per[metric]:
+                if rec["verdict"] == "not identifiable":
+                    reading = "not a rate: " + rec["label"]
+                elif rec["verdict"] == "identifiable":
+                    reading = "rate"
+                else:
+                    reading = "rate if identifiable (identifiability unknown)"
+                if slow and rec["verdict"] != "not identifiable":
+                    a = slow[0]
+                    reading += (f"; pre-asymptotic: near-alternative {a['name']} (rms gap "
+                                f"{a['rms_gap']:.1e}) unresolved below n ~ "
+                                f"{a['n_to_resolve']:.1e}")
+                per[metric]["reading"] = reading
+    return rates
