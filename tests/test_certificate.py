@@ -107,7 +107,7 @@ def test_cli_headline_and_certified_only(tmp_path, run_tiny, capsys):
 def test_records_store_how_many_starts_agreed(tmp_path, run_tiny):
     """Each study fit records the estimator's ``n_starts_agreeing_``, and the diagnostics
     count it the same way from ``start_objectives`` for records written before the field."""
-    from hmoe_estim.solvers._search import count_agreeing
+    from hmoe_estim.solvers import count_agreeing
     from hmoe_estim.study import fit_diagnostics, format_diagnostics
     from hmoe_estim.study._diagnostics import starts_agreeing
 

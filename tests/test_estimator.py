@@ -79,8 +79,9 @@ def test_default_estimator_fits_any_2d_numeric_X():
 
 
 def test_random_state_reproducible_and_independent_of_n_jobs():
-    # 1200 samples: above optim.SERIAL_BELOW, so n_jobs=1 runs the kernel on all threads and
-    # n_jobs=2 on one thread per worker
+    # n_jobs=2 runs the starts in two workers (the kernels' thread count set per worker); the
+    # fit is the same as with n_jobs=1. (1200 samples: above L-BFGS-B's one-thread threshold,
+    # solvers._lbfgsb.SERIAL_BELOW = 512; below Levenberg-Marquardt's, _lm.LM_SERIAL_BELOW.)
     G = _truth(seed=3)
     X = np.random.default_rng(2).uniform(-1, 1, size=(1200, 2))
     y = regression_function(G, X, gate="value") + 0.05 * np.random.default_rng(4).normal(size=1200)

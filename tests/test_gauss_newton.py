@@ -1,5 +1,6 @@
-"""The bounded Levenberg–Marquardt solver, the racing / signed-weight search, the estimator's
-``solver`` switch and its agreement count."""
+"""The bounded Levenberg–Marquardt solver, the racing / signed-weight search
+(:class:`~hmoe_estim.solvers.Search`), the estimator's ``solver`` switch and its agreement count,
+and the ``"auto"`` schedule of the race (:meth:`Search.schedule`)."""
 
 import warnings
 
@@ -13,9 +14,16 @@ from hmoe_estim import (
     regression_function,
 )
 from hmoe_estim.model import make_bounds, n_params, pack
-from hmoe_estim.solvers._gauss_newton import levenberg_marquardt
-from hmoe_estim.solvers._search import count_agreeing, fold_signs, has_sign_symmetry, race
+from hmoe_estim.solvers import (
+    HeadRestarts,
+    LevenbergMarquardt,
+    Search,
+    count_agreeing,
+    has_sign_symmetry,
+    levenberg_marquardt,
+)
 
+from .problems import make_problem, schedule_of
 from .reference import random_arrays
 
 
@@ -72,9 +80,11 @@ def test_fold_signs_keeps_the_function(gate, activation):
     omega, M, a = random_arrays(1, 2, 3, 2, rng)
     omega[0, 1] = -0.8
     theta = pack(MixingMeasure(omega, M, a))
-    folded = fold_signs(theta, (1, 2, 3, 2))
-    assert np.all(folded[:3] >= 0)
     X = rng.uniform(-1, 1, size=(50, 2))
+    problem = make_problem(X, np.zeros(50), (1, 2, 3, 2), gate, activation)
+    assert problem.sign_symmetric
+    folded = problem.fold(theta)
+    assert np.all(folded[:3] >= 0)
     from hmoe_estim.model import unpack
 
     f0 = regression_function(unpack(theta, (1, 2, 3, 2)), X, gate=gate, activation=activation)
@@ -86,6 +96,10 @@ def test_fold_signs_keeps_the_function(gate, activation):
                                              ("value", "silu")])
 def test_no_sign_symmetry_without_an_odd_activation(gate, activation):
     assert not has_sign_symmetry(gate, activation)
+    problem = make_problem(np.zeros((4, 2)), np.zeros(4), (1, 2, 1, 2), gate, activation)
+    assert not problem.sign_symmetric
+    # ... so the "auto" search keeps omega >= 0
+    assert not Search().schedule(problem).signed
 
 
 def test_count_agreeing():
@@ -93,18 +107,33 @@ def test_count_agreeing():
     assert count_agreeing([np.nan, np.inf], 10) == 0
 
 
+def _race(problem, starts, *, n_keep, race_iter, max_iter, tol=1e-9, signed=False,
+          race_samples="auto"):
+    """The race of one search round alone (no moves): ``starts`` raced, the ``n_keep`` best
+    run to convergence. Returns ``(results, race_passes)``, the race's passes in passes over
+    the full data (the finished starts count only their passes after the race)."""
+    search = Search(local=LevenbergMarquardt(max_iter=max_iter, tol=tol), n_starts=n_keep,
+                    n_candidates=len(starts), race_iter=race_iter, race_samples=race_samples,
+                    rounds=1, moves=[], signed=signed)
+    found = search.run(problem, None, starts)
+    assert found.rounds == 1 and found.move_rounds == {"restart": 0, "local": 0}
+    return found.results, found.n_passes - sum(r.n_passes for r in found.results)
+
+
 def test_race_keeps_the_best_candidates():
     X, XT, y, G = _problem(gate="value", noise=0.05, n=800)
     shape = (1, 2, 3, 2)
     rng = np.random.default_rng(0)
-    bounds = make_bounds(shape, omega_max=10.0, param_bound=10.0)
+    problem = make_problem(XT, y, shape, "value", transposed=True)
+    bounds = problem.lower, problem.upper
     from hmoe_estim.model import random_start
 
     starts = [np.clip(pack(random_start(shape, rng)), *bounds) for _ in range(6)]
-    results, kept, abandoned = race(starts, XT, y, shape, "value", "sigmoid", bounds, n_keep=2,
-                                    race_iter=3, max_iter=100, tol=1e-9, signed=False)
-    assert len(results) == 2 and len(kept) == 2 and abandoned > 0
+    results, abandoned = _race(problem, starts, n_keep=2, race_iter=3, max_iter=100)
+    assert len(results) == 2 and abandoned > 0
     assert all(np.all(r.theta >= bounds[0]) for r in results)
+    # the two best of the race, resumed: the others were abandoned
+    assert all(r.n_iter > 0 and np.isfinite(r.objective) for r in results)
 
 
 def test_estimator_solver_switch_and_agreement():
@@ -124,9 +153,11 @@ def test_estimator_solver_switch_and_agreement():
 
 @pytest.mark.parametrize("params,match", [
     (dict(solver="newton"), "Unknown solver 'newton'.*'lm'.*'lbfgs'"),
-    (dict(n_candidates=2), "n_candidates=2 is smaller than n_starts=4"),
-    (dict(n_candidates="many"), "n_candidates must be 'auto' or an integer"),
-    (dict(race_iter=0), "race_iter must be 'auto' or an integer >= 1"),
+    (dict(solver=Search(n_candidates=2)), "n_candidates=2 is smaller than n_starts=4"),
+    (dict(solver=Search(n_candidates=4), n_starts=5),
+     "n_candidates=4 is smaller than n_starts=5"),
+    (dict(solver=Search(n_candidates="many")), "n_candidates must be 'auto' or an integer"),
+    (dict(solver=Search(race_iter=-1)), "race_iter must be 'auto' or an integer >= 1"),
 ])
 def test_estimator_validates_search_parameters(params, match):
     X, y = make_hmoe_regression(50, random_state=0)
@@ -138,7 +169,8 @@ def test_lm_fit_does_not_depend_on_the_thread_count():
     import numba
 
     X, y = make_hmoe_regression(3000, n_features=2, gate="sdpa", noise=0.05, random_state=1)
-    kw = dict(n_experts=2, gate="sdpa", n_starts=2, n_candidates=4, random_state=0)
+    kw = dict(n_experts=2, gate="sdpa", n_starts=2, solver=Search(n_candidates=4),
+              random_state=0)
     old = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
@@ -160,9 +192,8 @@ def test_auto_candidates_are_the_documented_counts(gate, n_heads, expected):
     # n_candidates="auto" must be the same fit as the documented count given explicitly
     # (the same random stream), and not the same as the other rule's count
     X, y = make_hmoe_regression(300, n_features=2, gate=gate, noise=0.05, random_state=3)
-    kw = dict(n_heads=n_heads, n_experts=2, gate=gate, n_starts=2, max_iter=30,
-              head_restarts=0, random_state=0)
-    _assert_auto_is(X, y, kw, "n_candidates", expected, expected + 8)
+    kw = dict(n_heads=n_heads, n_experts=2, gate=gate, n_starts=2, max_iter=30, random_state=0)
+    _assert_auto_is(X, y, kw, dict(moves=[]), "n_candidates", expected, expected + 8)
 
 
 @pytest.mark.parametrize("gate,n_heads,expected", [
@@ -174,99 +205,114 @@ def test_auto_candidates_are_the_documented_counts(gate, n_heads, expected):
 def test_auto_race_iter_is_the_documented_count(gate, n_heads, expected):
     X, y = make_hmoe_regression(200, n_features=2, n_heads=n_heads, gate=gate, noise=0.05,
                                 random_state=4)
-    kw = dict(n_heads=n_heads, n_experts=1, gate=gate, n_starts=2, n_candidates=12,
-              max_iter=40, head_restarts=0, random_state=0)
-    _assert_auto_is(X, y, kw, "race_iter", expected, expected + 6)
+    kw = dict(n_heads=n_heads, n_experts=1, gate=gate, n_starts=2, max_iter=40, random_state=0)
+    _assert_auto_is(X, y, kw, dict(n_candidates=12, moves=[]), "race_iter", expected,
+                    expected + 6)
 
 
-def _assert_auto_is(X, y, kw, name, expected, other):
-    """``name="auto"`` (the default) fits exactly as ``name=expected`` given explicitly (the
-    same random stream), and not as ``name=other``."""
+def _assert_auto_is(X, y, kw, search_kw, name, expected, other):
+    """The search's ``name="auto"`` (the default) fits exactly as ``name=expected`` given
+    explicitly (the same random stream), and not as ``name=other``."""
+    def fit(**knob):
+        return HMoERegressor(solver=Search(**search_kw, **knob), **kw).fit(X, y)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        auto = HMoERegressor(**kw).fit(X, y)
-        explicit = HMoERegressor(**{name: expected}, **kw).fit(X, y)
-        different = HMoERegressor(**{name: other}, **kw).fit(X, y)
+        auto = fit()
+        explicit = fit(**{name: expected})
+        different = fit(**{name: other})
+    assert auto.schedule_[name] == explicit.schedule_[name] == expected
     np.testing.assert_array_equal(auto.theta_, explicit.theta_)
     assert auto.n_kernel_passes_ == explicit.n_kernel_passes_
     assert auto.n_kernel_passes_ != different.n_kernel_passes_
 
 
 def test_race_schedule():
-    from hmoe_estim.solvers import _search
-
-    long = (_search.RACE_ITER_HEADS, _search.RACE_SAMPLES_HEADS)
-    assert long == (30, 1024)
-    assert _search.race_schedule("value", 2) == long
-    assert _search.race_schedule("sdpa", 3) == long
-    for gate, heads in [("value", 1), ("sdpa", 1), ("none", 2), ("output", 2)]:
-        assert _search.race_schedule(gate, heads) == (10, None)
+    # (race_iter, race_samples) of "auto": the long race of several gated heads on 1024
+    # samples; otherwise 10 iterations on 4096 samples, 1024 for the linear gates
+    for gate, heads in [("value", 2), ("sdpa", 3)]:
+        s = schedule_of(gate, heads)
+        assert (s.race_iter, s.race_samples) == (30, 1024)
+    for gate, heads in [("value", 1), ("sdpa", 1)]:
+        s = schedule_of(gate, heads)
+        assert (s.race_iter, s.race_samples) == (10, 4096)
+    for gate, heads in [("none", 2), ("output", 2), ("none", 1)]:
+        s = schedule_of(gate, heads)
+        assert (s.race_iter, s.race_samples) == (10, 1024)
+    # an explicit race_iter runs on the default subsample of the gate
+    s = schedule_of("value", 2, race_iter=10)
+    assert (s.race_iter, s.race_samples) == (10, 4096)
+    s = schedule_of("value", 2, race_samples=2048)
+    assert (s.race_iter, s.race_samples) == (30, 2048)
     with pytest.raises(ValueError, match="gate"):
-        _search.race_schedule("bogus", 2)
+        schedule_of("bogus", 2)
 
 
 def test_candidates_and_head_restarts_schedules():
-    from hmoe_estim.solvers import _search
-
     # the documented "auto" counts: 32 per start kept, 16 per start and head for MHA
-    assert _search.candidates_schedule("value", 4, 2) == 128
-    assert _search.candidates_schedule("sdpa", 2, 1) == 64
-    assert _search.candidates_schedule("output", 4, 3) == 128
-    assert _search.candidates_schedule("none", 4, 1) == 64
-    assert _search.candidates_schedule("none", 4, 2) == 128
-    with pytest.raises(ValueError, match="gate"):
-        _search.candidates_schedule("bogus", 4, 1)
-    assert _search.head_restarts_schedule(1) == 0
-    assert _search.head_restarts_schedule(2) == _search.head_restarts_schedule(3) == 32
+    assert schedule_of("value", 2, n_starts=4).n_candidates == 128
+    assert schedule_of("sdpa", 1, n_starts=2).n_candidates == 64
+    assert schedule_of("output", 3, n_starts=4).n_candidates == 128
+    assert schedule_of("none", 1, n_starts=4).n_candidates == 64
+    assert schedule_of("none", 2, n_starts=4).n_candidates == 128
+    assert schedule_of("value", 2, n_candidates=7).n_candidates == 7
+    # L-BFGS-B: no race, one round, no moves, unsigned weights
+    s = schedule_of("none", 2, n_starts=3, local="lbfgs")
+    assert (s.n_candidates, s.rounds, s.moves, s.signed) == (3, 1, [], False)
+    # head restarts: none with one head (a restarted head is a fresh start), 32 per head
+    # and round with several
+    assert schedule_of("value", 1).moves == []
+    for heads in (2, 3):
+        moves = schedule_of("value", heads).moves
+        assert [type(m) for m in moves] == [HeadRestarts]
+        assert moves[0].per_head == 32
+    assert schedule_of("value", 1).move_rounds == schedule_of("value", 2).move_rounds == 10
 
 
-@pytest.mark.parametrize("race_samples", [None, 1024])
+@pytest.mark.parametrize("race_samples", ["auto", 1024])
 def test_race_runs_on_race_samples(race_samples):
     # the race's passes, in full-data units, are whole passes over its subsample: 1024 of
-    # the 3000 samples when asked, all of them by default (RACE_SAMPLES > 3000)
-    from hmoe_estim.model import make_bounds, pack, random_start
-    from hmoe_estim.solvers import _search
+    # the 3000 samples when asked, all of them by default (4096 > 3000 with an explicit
+    # race_iter)
+    from hmoe_estim.model import random_start
 
     shape = (2, 2, 1, 2)
     X, y = make_hmoe_regression(3000, n_features=2, n_heads=2, n_experts=1, gate="value",
                                 noise=0.05, random_state=5)
-    XT = np.require(X.T, requirements=["C", "W"])
-    bounds = make_bounds(shape, omega_max=10.0, param_bound=10.0)
+    problem = make_problem(X, y, shape, "value")
+    bounds = problem.lower, problem.upper
     rng = np.random.RandomState(0)
     starts = [np.clip(pack(random_start(shape, rng)), *bounds) for _ in range(8)]
-    _, _, passes = _search.race(starts, XT, y, shape, "value", "sigmoid", bounds, n_keep=2,
-                                race_iter=2, max_iter=5, tol=1e-9, signed=False,
-                                race_samples=race_samples)
-    m = 3000 if race_samples is None else race_samples
-    assert _search.RACE_SAMPLES > 3000
+    assert Search(race_iter=2).schedule(problem).race_samples == 4096 > 3000
+    _, passes = _race(problem, starts, n_keep=2, race_iter=2, max_iter=5,
+                      race_samples=race_samples)
+    m = 3000 if race_samples == "auto" else race_samples
     k = passes * 3000 / m
     assert k > 0 and abs(k - round(k)) < 1e-9
     assert (abs(passes - round(passes)) > 1e-6) == (m < 3000)
 
 
-@pytest.mark.parametrize("race_iter,expected", [("auto", (30, 1024)), (10, (10, None))])
+@pytest.mark.parametrize("race_iter,expected", [("auto", (30, 1024)), (10, (10, 3000))])
 def test_estimator_races_on_its_schedule(monkeypatch, race_iter, expected):
-    # the race and the head restarts both get the schedule: "auto" the long race of several
-    # gated heads, an explicit count its iterations on the default subsample
-    import hmoe_estim.estimators._regressor as reg
-
+    # the race and the head restarts' races both run on the schedule: "auto" the long race of
+    # several gated heads on 1024 samples, an explicit count its iterations on the default
+    # subsample (4096 samples: here all 3000)
     seen = []
+    real = LevenbergMarquardt.solve
 
-    def recording(fn):
-        def wrapper(*args, **kw):
-            seen.append((fn.__name__, kw["race_iter"], kw["race_samples"]))
-            return fn(*args, **kw)
-        return wrapper
+    def recording(self, problem, starts, **kw):
+        seen.append((kw.get("max_iter"), problem.n_samples))
+        return real(self, problem, starts, **kw)
 
-    monkeypatch.setattr(reg, "race", recording(reg.race))
-    monkeypatch.setattr(reg, "restart_heads", recording(reg.restart_heads))
-    X, y = make_hmoe_regression(200, n_features=2, n_heads=2, n_experts=1, gate="value",
+    monkeypatch.setattr(LevenbergMarquardt, "solve", recording)
+    X, y = make_hmoe_regression(3000, n_features=2, n_heads=2, n_experts=1, gate="value",
                                 noise=0.05, random_state=6)
+    search = Search(n_candidates=8, moves=[HeadRestarts(per_head=2)], race_iter=race_iter)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2, n_candidates=8,
-                            head_restarts=2, max_iter=20, race_iter=race_iter,
-                            random_state=0).fit(X, y)
-    # (every round of the search races, then restarts heads)
-    assert [name for name, _, _ in seen] == ["race", "restart_heads"] * est.search_rounds_
-    assert all((it, m) == expected for _, it, m in seen)
+        est = HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2, solver=search,
+                            max_iter=20, random_state=0).fit(X, y)
+    assert (est.schedule_["race_iter"], min(est.schedule_["race_samples"], 3000)) == expected
+    # every round races its candidates, then at least one round of head restarts
+    assert len(seen) >= 2 * est.search_rounds_
+    assert all(s == expected for s in seen)

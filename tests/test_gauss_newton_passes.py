@@ -7,16 +7,12 @@ import pytest
 
 from hmoe_estim import make_hmoe_regression
 from hmoe_estim._names import ACTIVATION_CODES, GATE_CODES
+from hmoe_estim.kernels import KernelPasses, single_thread_blas
 from hmoe_estim.kernels.jacobian import gauss_newton_sums
 from hmoe_estim.kernels.objective import SERIAL_SAMPLES, predict
 from hmoe_estim.model import make_bounds, n_params
 from hmoe_estim.model._starts import random_start_theta
-from hmoe_estim.solvers._gauss_newton import (
-    _Passes,
-    _single_thread_blas,
-    levenberg_marquardt,
-    run_lm_starts,
-)
+from hmoe_estim.solvers._lm import levenberg_marquardt, run_lm_starts
 
 
 @pytest.mark.parametrize("gate", ["none", "value", "sdpa", "output"])
@@ -30,7 +26,7 @@ def test_passes_give_the_bits_of_the_kernel_wrappers(gate, n):
     old = numba.get_num_threads()
     try:
         numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-        passes = _Passes(XT, y, shape, g, a)
+        passes = KernelPasses(XT, y, shape, g, a)
         other = 0.5 * rng.normal(size=n_params(*shape))
         for k in range(3):
             theta = 0.5 * rng.normal(size=n_params(*shape))
@@ -53,7 +49,7 @@ def test_passes_give_the_bits_of_the_kernel_wrappers(gate, n):
 def test_passes_flag_infinite_sums():
     shape = (1, 2, 1, 2)
     XT = np.full((2, 10), 1e200)
-    passes = _Passes(XT, np.zeros(10), shape, GATE_CODES["none"], 0)
+    passes = KernelPasses(XT, np.zeros(10), shape, GATE_CODES["none"], 0)
     JtJ, Jtr, ssr, _, _, finite = passes.sums(np.ones(n_params(*shape)), 0.0)
     assert not finite
     assert not (np.isfinite(ssr) and np.isfinite(JtJ).all() and np.isfinite(Jtr).all())
@@ -105,8 +101,8 @@ def test_single_thread_blas_limits_and_restores():
                 if i["user_api"] == "blas"}
 
     before = blas_threads()
-    with _single_thread_blas():
-        with _single_thread_blas():  # nested: free, and the limit stays
+    with single_thread_blas():
+        with single_thread_blas():  # nested: free, and the limit stays
             inner = blas_threads()
         outer = blas_threads()
     assert set(inner.values()) <= {1} and set(outer.values()) <= {1}

@@ -1,4 +1,5 @@
-"""Head restarts of the global search (``solvers._search.restart_heads``, ``head_restarts``)."""
+"""Head restarts of the global search (:class:`~hmoe_estim.solvers.HeadRestarts`, a move of
+:class:`~hmoe_estim.solvers.Search`)."""
 
 import warnings
 
@@ -12,10 +13,11 @@ from hmoe_estim import (
     random_measure,
     regression_function,
 )
-from hmoe_estim.model import make_bounds, n_params, pack, random_start, unpack
+from hmoe_estim.model import n_params, pack, random_start, unpack
 from hmoe_estim.model._starts import random_start_theta
-from hmoe_estim.solvers._gauss_newton import levenberg_marquardt
-from hmoe_estim.solvers._search import _head_indices, hop, restart_heads
+from hmoe_estim.solvers import HeadRestarts, LevenbergMarquardt, Search
+
+from .problems import make_problem
 
 
 @pytest.mark.parametrize("shape", [(2, 2, 1, 2), (2, 3, 2, 3), (3, 2, 2, 2)])
@@ -27,7 +29,8 @@ def test_head_indices_partition_the_measure_by_head(shape):
     M[:, : N - 1] = np.arange(1.0, H + 1)[:, None, None, None]
     a = np.broadcast_to(np.arange(1.0, H + 1)[:, None, None, None], (H, N, K, D)).copy()
     theta = pack(MixingMeasure(omega, M, a))
-    idx = _head_indices(shape)
+    idx = make_problem(np.zeros((4, D)), np.zeros(4), shape, "none").head_blocks()
+    assert len(idx) == H
     together = np.sort(np.concatenate(idx))
     np.testing.assert_array_equal(together, np.arange(n_params(*shape)))  # disjoint, complete
     for h, ih in enumerate(idx):
@@ -49,13 +52,13 @@ def test_head_restarts_repair_a_certified_local_optimum():
                                 activation="tanh", noise=0.1, random_state=10000)
     truth = float(np.mean((y - regression_function(G, X, gate="value", activation="tanh")) ** 2))
     kw = dict(n_heads=2, n_tokens=2, n_experts=2, gate="value", activation="tanh",
-              search_rounds=1, reassign_experts=False,
-              random_state=0)  # one round, no moves: the restarts' effect alone (the soft-mode
-    # moves of reassign_experts="auto" reach below the truth here without head restarts)
+              random_state=0)
+    # one round, no other move: the restarts' effect alone (the soft-mode moves of the "auto"
+    # moves reach below the truth here without head restarts)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        off = HMoERegressor(head_restarts=0, **kw).fit(X, y)
-        on = HMoERegressor(**kw).fit(X, y)
+        off = HMoERegressor(solver=Search(rounds=1, moves=[]), **kw).fit(X, y)
+        on = HMoERegressor(solver=Search(rounds=1, moves=[HeadRestarts()]), **kw).fit(X, y)
     assert off.objective_ > truth and off.head_restart_rounds_ == 0
     assert on.objective_ < truth and on.head_restart_rounds_ >= 1
     assert on.n_kernel_passes_ > off.n_kernel_passes_
@@ -64,50 +67,61 @@ def test_head_restarts_repair_a_certified_local_optimum():
                                   np.delete(off.start_objectives_, on.best_start_))
 
 
-@pytest.mark.parametrize("params", [dict(), dict(head_restarts=8), dict(solver="lbfgs")])
+@pytest.mark.parametrize("params", [dict(), dict(solver=Search(moves=[HeadRestarts(per_head=8)])),
+                                    dict(solver="lbfgs")])
 def test_one_head_has_no_head_restarts(params):
     X, y = make_hmoe_regression(300, n_features=2, gate="value", random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est = HMoERegressor(gate="value", n_starts=2, random_state=0, **params).fit(X, y)
     assert est.head_restart_rounds_ == 0
+    # "auto" runs no head restarts with one head; asked for, they propose nothing there
+    asked = isinstance(params.get("solver"), Search)
+    assert est.schedule_["moves"] == (["HeadRestarts"] if asked else [])
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, "many", None, True])
+def test_head_restarts_propose_nothing_with_one_head():
+    problem = make_problem(np.zeros((4, 2)), np.zeros(4), (1, 2, 2, 2), "value")
+    assert HeadRestarts(per_head=8).propose(problem, np.zeros(problem.n_params),
+                                            lambda: 1 / 0) == []
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "many", None, True])
 def test_head_restarts_is_validated(value):
     X, y = make_hmoe_regression(50, random_state=0)
-    with pytest.raises(ValueError, match="head_restarts must be 'auto' or an integer >= 0"):
-        HMoERegressor(head_restarts=value).fit(X, y)
+    with pytest.raises(ValueError, match="per_head must be an integer >= 1"):
+        HMoERegressor(solver=Search(moves=[HeadRestarts(per_head=value)])).fit(X, y)
 
 
-@pytest.mark.parametrize("search", ["restart_heads", "hop"])
-def test_perturb_and_refit_never_raises_the_objective(search):
+def test_head_restarts_never_raise_the_objective():
     shape = (2, 2, 1, 2)
     G = random_measure(2, 2, 1, 2, scale=2.0, random_state=3)
     X, y = make_hmoe_regression(400, measure=G, n_experts=1, n_features=2, gate="sdpa",
                                 noise=0.1, random_state=4)
-    XT = np.ascontiguousarray(X.T)
-    lower, upper = make_bounds(shape, omega_max=10.0, param_bound=10.0)
+    problem = make_problem(X, y, shape, "sdpa")
+    lower, upper = problem.lower, problem.upper
     rng = np.random.RandomState(0)
 
     def draw():
         return np.clip(pack(random_start(shape, rng)), lower, upper)
 
-    inc = levenberg_marquardt(draw(), XT, y, shape, "sdpa", "sigmoid", lower, upper,
-                              max_iter=300)
-    kw = dict(race_iter=5, max_iter=300, tol=1e-9, signed=False)
-    if search == "hop":
-        best, passes, rounds = hop(inc, XT, y, shape, "sdpa", "sigmoid", (lower, upper), draw,
-                                   n_rounds=3, **kw)
-    else:
-        best, passes, rounds = restart_heads(inc, XT, y, shape, "sdpa", "sigmoid",
-                                             (lower, upper), draw, n_per_head=4,
-                                             max_rounds=3, **kw)
+    start = draw()
+
+    def search(moves):
+        # one start run to convergence (the incumbent), then the moves of it
+        return Search(local=LevenbergMarquardt(max_iter=300, tol=1e-9), n_starts=1,
+                      n_candidates=1, race_iter=5, rounds=1, moves=moves, signed=False).run(
+            problem, draw, [start])
+
+    inc = search([]).results[0]
+    found = search([HeadRestarts(per_head=4)])
+    best, rounds = found.results[0], found.move_rounds["restart"]
+    assert len(found.results) == 1 and found.move_rounds["local"] == 0
     assert best.objective <= inc.objective
-    assert passes > 0 and 0 <= rounds <= 3
+    assert found.n_passes > sum(r.n_passes for r in [inc]) and 0 <= rounds <= 10
     assert np.all(best.theta >= lower) and np.all(best.theta <= upper)
     if rounds == 0:
-        assert best is inc
+        np.testing.assert_array_equal(best.theta, inc.theta)
     else:  # every accepted round lowered the objective by more than σ̂²/n
         assert best.objective < inc.objective - rounds * best.objective / len(y)
 
@@ -128,8 +142,9 @@ def test_head_restarts_carry_the_options_and_do_not_depend_on_n_jobs():
     X, y = make_hmoe_regression(500, measure=G, n_experts=1, n_features=2, gate="value",
                                 noise=0.1, random_state=8)
     y = y + 3.0  # an offset for the intercept
-    kw = dict(n_heads=2, n_experts=1, gate="value", n_starts=2, n_candidates=8,
-              head_restarts=4, fit_intercept=True, alpha=1e-4, random_state=0)
+    kw = dict(n_heads=2, n_experts=1, gate="value", n_starts=2,
+              solver=Search(n_candidates=8, moves=[HeadRestarts(per_head=4)]),
+              fit_intercept=True, alpha=1e-4, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         one = HMoERegressor(**kw).fit(X, y)

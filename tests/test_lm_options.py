@@ -10,9 +10,9 @@ from hmoe_estim import HMoERegressor, MixingMeasure, make_hmoe_regression
 from hmoe_estim._names import ACTIVATION_CODES, GATE_CODES
 from hmoe_estim.kernels.objective import objective_and_gradient, penalty_weights
 from hmoe_estim.model import make_bounds, n_params, pack, unpack
-from hmoe_estim.solvers._gauss_newton import levenberg_marquardt
-from hmoe_estim.solvers._search import fold_signs, race
+from hmoe_estim.solvers import LevenbergMarquardt, Search, levenberg_marquardt
 
+from .problems import make_problem
 from .reference import random_arrays
 
 
@@ -105,45 +105,53 @@ def test_lm_with_penalty_matches_lbfgs_objective(gate, activation, seed):
     assert lm.objective_ == pytest.approx(value, rel=1e-10)
 
 
+def _race(problem, starts, *, n_keep, race_iter, max_iter, signed):
+    """One round of the search on ``starts``: the race, no moves; the finished starts."""
+    search = Search(local=LevenbergMarquardt(max_iter=max_iter, tol=1e-9), n_starts=n_keep,
+                    n_candidates=len(starts), race_iter=race_iter, rounds=1, moves=[],
+                    signed=signed)
+    return search.run(problem, None, starts).results
+
+
 def test_race_carries_the_intercept_through_the_sign_fold():
     X, y, G = make_hmoe_regression(600, n_features=2, gate="none", noise=0.05, random_state=0,
                                    return_measure=True)
     y = y - 2.0
-    XT = np.require(X.T, requirements=["C", "W"])
     shape = (1, 2, 2, 2)
-    lower, upper = make_bounds(shape, omega_max=10.0, param_bound=10.0)
-    lower, upper = np.append(lower, -np.inf), np.append(upper, np.inf)
+    problem = make_problem(X, y, shape, "none", fit_intercept=True, alpha=0.001)
+    lower, upper = problem.lower, problem.upper
     rng = np.random.default_rng(0)
     starts = [np.append(np.clip(rng.normal(size=n_params(*shape)), lower[:-1], upper[:-1]), 0.0)
               for _ in range(8)]
-    results, kept, _ = race(starts, XT, y, shape, "none", "sigmoid", (lower, upper), n_keep=2,
-                            race_iter=5, max_iter=100, tol=1e-9, signed=True,
-                            fit_intercept=True, alpha=0.001)
+    results = _race(problem, starts, n_keep=2, race_iter=5, max_iter=100, signed=True)
+    assert len(results) == 2
     for r in results:
         assert r.theta.shape == (n_params(*shape) + 1,)
         assert r.theta[-1] == r.offset and np.all(r.theta[:2] >= 0)  # folded back to ω >= 0
         assert r.offset == pytest.approx(-2.0, abs=0.3)
     t = np.array([-1.0, 2.0, *range(n_params(*shape) - 2), 5.0])
-    assert fold_signs(t, shape)[-1] == 5.0
+    folded = problem.fold(t)
+    assert folded[-1] == 5.0 and folded[0] == 1.0
 
 
 @pytest.mark.parametrize("gate,samples", [("none", 1024), ("output", 1024), ("value", 4096)])
 def test_race_subsample_per_gate(gate, samples, monkeypatch):
-    import hmoe_estim.solvers._gauss_newton as gn
+    import hmoe_estim.solvers._local as local
 
     seen = []
-    real = gn.run_lm_starts
+    real = local.run_lm_starts
 
     def spy(starts, XT, *args, **kwargs):
         seen.append(XT.shape[1])
         return real(starts, XT, *args, **kwargs)
 
-    monkeypatch.setattr(gn, "run_lm_starts", spy)
+    monkeypatch.setattr(local, "run_lm_starts", spy)
     X, y = make_hmoe_regression(5000, n_features=2, gate=gate, noise=0.05, random_state=0)
     shape = (1, 2, 1, 2)
-    bounds = make_bounds(shape, omega_max=10.0, param_bound=10.0)
+    problem = make_problem(X, y, shape, gate)
+    assert Search(race_iter=2).schedule(problem).race_samples == samples
     rng = np.random.default_rng(0)
-    starts = [np.clip(rng.normal(size=n_params(*shape)), *bounds) for _ in range(3)]
-    race(starts, np.require(X.T, requirements=["C", "W"]), y, shape, gate, "sigmoid", bounds,
-         n_keep=1, race_iter=2, max_iter=5, tol=1e-9, signed=False)
+    starts = [np.clip(rng.normal(size=n_params(*shape)), problem.lower, problem.upper)
+              for _ in range(3)]
+    _race(problem, starts, n_keep=1, race_iter=2, max_iter=5, signed=False)
     assert seen == [samples, 5000]  # the race on the subsample, the kept start on all

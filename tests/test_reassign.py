@@ -1,5 +1,6 @@
-"""Moves of the global search: expert reassignment (``solvers._search.reassign_experts``)
-and soft-mode steps (``soft_mode_moves``), the estimator's ``reassign_experts``."""
+"""Moves of the global search: expert reassignment (:class:`~hmoe_estim.solvers.ExpertReassignment`)
+and soft-mode steps (:class:`~hmoe_estim.solvers.SoftModes`), and the moves the estimator's
+search runs ("auto": with the value and SDPA gates, tanh and several heads)."""
 
 import itertools
 import math
@@ -15,22 +16,39 @@ from hmoe_estim import (
     random_measure,
     regression_function,
 )
-from hmoe_estim.model import make_bounds, n_params, pack, unpack
-from hmoe_estim.solvers._gauss_newton import levenberg_marquardt
-from hmoe_estim.solvers._search import (
-    REASSIGN_ALL_PERMUTATIONS,
-    SOFT_MODES,
-    SOFT_STEPS,
-    reassign_experts,
-    reassign_schedule,
-    reassignments,
-    soft_mode_moves,
-    soft_mode_steps,
+from hmoe_estim.model import n_params, pack, unpack
+from hmoe_estim.solvers import (
+    ExpertReassignment,
+    HeadRestarts,
+    LevenbergMarquardt,
+    Search,
+    SoftModes,
 )
+
+from .problems import make_problem, schedule_of
+
+#: The defaults of the moves.
+REASSIGN_ALL_PERMUTATIONS = ExpertReassignment().all_permutations_up_to
+SOFT_MODES = SoftModes().n_modes
+SOFT_STEPS = tuple(SoftModes().steps)
+
+
+def _no_draw():
+    raise AssertionError("this move draws no random start")
+
+
+def reassignments(theta, shape):
+    """The candidates of :class:`ExpertReassignment` of ``theta`` (an intercept last when
+    ``theta`` has one more entry than the measure)."""
+    D = shape[3]
+    problem = make_problem(np.zeros((4, D)), np.zeros(4), shape, "value", "tanh",
+                           fit_intercept=len(theta) > n_params(*shape))
+    return ExpertReassignment().propose(problem, theta, _no_draw)
 
 
 def _expected_count(H, N, K):
     """Candidates of ``reassignments``, counted from its definition."""
+    assert REASSIGN_ALL_PERMUTATIONS == 4
     perms = (math.factorial(N) - 1 if N <= REASSIGN_ALL_PERMUTATIONS else N * (N - 1) // 2)
     per_head = perms
     if K >= 2:
@@ -99,70 +117,99 @@ def test_permuting_experts_with_their_gates_is_a_symmetry_and_without_is_a_move(
                                              activation="tanh") - f)) > 1e-3
 
 
-@pytest.mark.parametrize("gate, shape, truth_seed", [("value", (2, 3, 1, 2), 7),
-                                                     ("sdpa", (1, 3, 2, 2), 10)])
+@pytest.mark.parametrize("gate, shape, truth_seed", [("value", (2, 3, 1, 2), 17),
+                                                     ("sdpa", (1, 3, 2, 2), 8)])
 def test_reassignment_repairs_experts_planted_in_the_wrong_tokens(gate, shape, truth_seed):
     # noiseless data from a truth; the fit starts from the truth with the experts of tokens 0
-    # and 1 of head 0 exchanged, run to convergence: a local optimum (the objective stays far
-    # above the noiseless floor, 0); the moves put experts back and the objective falls
-    # more than a hundredfold. (Truths found by trying seeds: from most planted starts the
-    # solver alone gets back.)
+    # and 1 of head 0 exchanged, run to convergence by a search with signed weights and no
+    # move: a local optimum (the objective stays far above the noiseless floor, ~1e-30); the
+    # moves put experts back and the objective falls more than a hundredfold. (Truths found
+    # by trying seeds: from most planted starts the solver alone gets back.)
     H, N, K, D = shape
     G = random_measure(*shape, scale=2.0, random_state=truth_seed)
     X, y = make_hmoe_regression(600, measure=G, n_experts=K, n_features=D, gate=gate,
                                 activation="tanh", noise=0.0, random_state=6)
-    XT = np.ascontiguousarray(X.T)
-    lower, upper = make_bounds(shape, omega_max=10.0, param_bound=10.0)
+    problem = make_problem(X, y, shape, gate, "tanh")
+    lower, upper = problem.lower, problem.upper
     a = G.a.copy()
     a[0, [0, 1]] = a[0, [1, 0]]
     planted = pack(MixingMeasure(G.omega, G.M, a))
-    inc = levenberg_marquardt(planted, XT, y, shape, gate, "tanh", lower, upper, max_iter=300)
-    assert inc.objective > 1e-4
-    best, passes, rounds = reassign_experts(inc, XT, y, shape, gate, "tanh", (lower, upper),
-                                            max_rounds=3, race_iter=6, max_iter=300, tol=1e-12,
-                                            signed=True)
-    assert rounds >= 1 and passes > 0
+
+    def search(moves):
+        # the planted start run to convergence (the incumbent), then the moves of it
+        return Search(local=LevenbergMarquardt(max_iter=300, tol=1e-12), n_starts=1,
+                      n_candidates=1, race_iter=6, rounds=1, moves=moves, signed=True).run(
+            problem, _no_draw, [planted])
+
+    inc = search([]).results[0]
+    assert inc.converged and inc.objective > 1e-7 * np.mean(y**2)
+    found = search([ExpertReassignment()])
+    best = found.results[0]
+    assert found.move_rounds["local"] >= 1 and found.n_passes > inc.n_passes
     assert best.objective < inc.objective / 100
     assert np.all(best.theta >= lower) and np.all(best.theta <= upper)
 
 
 def test_reassign_schedule():
-    assert reassign_schedule("value", "tanh", 2) and reassign_schedule("sdpa", "tanh", 3)
-    assert not reassign_schedule("value", "tanh", 1)
+    local_moves = [HeadRestarts, ExpertReassignment, SoftModes]
+    for gate, heads in [("value", 2), ("sdpa", 3)]:
+        assert [type(m) for m in schedule_of(gate, heads, "tanh").moves] == local_moves
+    assert schedule_of("value", 1, "tanh").moves == []
     for gate, act in [("value", "sigmoid"), ("sdpa", "gelu"), ("none", "tanh"),
                       ("output", "tanh"), ("value", "silu")]:
-        assert not reassign_schedule(gate, act, 2)
+        assert [type(m) for m in schedule_of(gate, 2, act).moves] == [HeadRestarts]
+    assert schedule_of("value", 2, "tanh", local="lbfgs").moves == []
     with pytest.raises(ValueError, match="gate"):
-        reassign_schedule("values", "tanh", 2)
+        schedule_of("values", 2, "tanh")
 
 
-@pytest.mark.parametrize("value", ["yes", 1, None, 0.0])
-def test_reassign_experts_is_validated(value):
+@pytest.mark.parametrize("value", ["yes", 1, None, 0.0, ExpertReassignment()])
+def test_moves_are_validated(value):
     X, y = make_hmoe_regression(50, random_state=0)
-    with pytest.raises(ValueError, match="reassign_experts must be 'auto', True or False"):
-        HMoERegressor(reassign_experts=value).fit(X, y)
+    with pytest.raises(ValueError, match="moves must be 'auto' or a list of Move objects"):
+        HMoERegressor(solver=Search(moves=value)).fit(X, y)
+
+
+@pytest.mark.parametrize("move,match", [
+    (ExpertReassignment(all_permutations_up_to=0), "all_permutations_up_to must be an integer"),
+    (SoftModes(n_modes=0), "n_modes must be an integer >= 1"),
+    (SoftModes(steps=[1.0, -2.0]), "steps must be a non-empty sequence"),
+    (SoftModes(steps=2.0), "steps must be a non-empty sequence"),
+])
+def test_move_knobs_are_validated(move, match):
+    X, y = make_hmoe_regression(50, random_state=0)
+    with pytest.raises(ValueError, match=match):
+        HMoERegressor(solver=Search(moves=[move])).fit(X, y)
 
 
 def test_estimator_runs_the_moves_as_asked_and_reproducibly():
     X, y = make_hmoe_regression(300, n_heads=2, n_tokens=2, n_experts=1, n_features=2,
                                 gate="value", activation="tanh", random_state=0)
     kw = dict(n_heads=2, n_tokens=2, n_experts=1, gate="value", activation="tanh", n_starts=2,
-              n_candidates=4, head_restarts=2, search_rounds=1, random_state=0)
+              random_state=0)
+
+    def search(moves, **knobs):
+        return Search(n_candidates=4, moves=moves, **knobs)
+
+    local = [ExpertReassignment(), SoftModes()]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        off = HMoERegressor(reassign_experts=False, **kw).fit(X, y)
-        on = HMoERegressor(**kw).fit(X, y)  # "auto": on for tanh with two heads
-        again = HMoERegressor(**kw).fit(X, y)
+        off = HMoERegressor(solver=search([HeadRestarts(per_head=2)], rounds=1), **kw).fit(X, y)
+        on = HMoERegressor(solver=search([HeadRestarts(per_head=2), *local], rounds=1),
+                           **kw).fit(X, y)
+        again = HMoERegressor(solver=search([HeadRestarts(per_head=2), *local], rounds=1),
+                              **kw).fit(X, y)
         one_kw = dict(n_tokens=2, n_experts=1, gate="value", activation="tanh", n_starts=2,
-                      n_candidates=4, random_state=0)
-        one_head = HMoERegressor(reassign_experts=True, **one_kw).fit(X, y)
-        one_head_off = HMoERegressor(reassign_experts=False, **one_kw).fit(X, y)
+                      random_state=0)
+        one_head = HMoERegressor(solver=search(local), **one_kw).fit(X, y)
+        one_head_off = HMoERegressor(solver=search([]), **one_kw).fit(X, y)
     assert off.reassign_rounds_ == 0
     assert on.objective_ <= off.objective_
     assert on.n_kernel_passes_ > off.n_kernel_passes_  # the moves were raced
     np.testing.assert_array_equal(on.theta_, again.theta_)
     assert on.reassign_rounds_ == again.reassign_rounds_
-    # True runs the moves where "auto" would not (one head)
+    # the local moves run where "auto" would not (one head)
+    assert one_head.schedule_["moves"] == ["ExpertReassignment", "SoftModes"]
     assert one_head.n_kernel_passes_ > one_head_off.n_kernel_passes_
     assert one_head_off.reassign_rounds_ == 0 and np.isfinite(one_head.objective_)
 
@@ -191,7 +238,10 @@ def test_soft_mode_steps_follow_the_softest_scaled_gauss_newton_directions(gate,
                                 activation="tanh", noise=0.1, random_state=4)
     theta = pack(random_measure(*shape, scale=1.5, random_state=5))
     full = np.append(theta, 0.3) if intercept else theta
-    cands = soft_mode_steps(full, np.ascontiguousarray(X.T), y, shape, gate, "tanh")
+    # a box wide enough (and signed weights) that no step is clipped
+    problem = make_problem(X, y, shape, gate, "tanh", omega_max=1e3, param_bound=1e3,
+                           positive_weights=False, fit_intercept=intercept)
+    cands = SoftModes().propose(problem, full, _no_draw)
     P = theta.size
     assert len(cands) == min(SOFT_MODES, P) * len(SOFT_STEPS) * 2
     steps = np.array([t[:P] - theta for t in cands])
@@ -224,15 +274,34 @@ def test_soft_mode_moves_never_raise_the_objective_and_stay_in_the_box():
     G = random_measure(*shape, scale=2.0, random_state=2)
     X, y = make_hmoe_regression(500, measure=G, n_experts=1, n_features=2, gate="value",
                                 activation="tanh", noise=0.05, random_state=3)
-    XT = np.ascontiguousarray(X.T)
-    lower, upper = make_bounds(shape, omega_max=10.0, param_bound=10.0)
+    problem = make_problem(X, y, shape, "value", "tanh")
+    lower, upper = problem.lower, problem.upper
     start = pack(random_measure(*shape, scale=2.0, random_state=9))
-    inc = levenberg_marquardt(start, XT, y, shape, "value", "tanh", lower, upper, max_iter=200)
-    best, passes, rounds = soft_mode_moves(inc, XT, y, shape, "value", "tanh", (lower, upper),
-                                           max_rounds=2, race_iter=6, max_iter=200, tol=1e-10,
-                                           signed=False)
+
+    def search(moves):
+        return Search(local=LevenbergMarquardt(max_iter=200, tol=1e-10), n_starts=1,
+                      n_candidates=1, race_iter=6, rounds=1, moves=moves, signed=False).run(
+            problem, _no_draw, [start])
+
+    inc = search([]).results[0]
+    found = search([SoftModes()])
+    best = found.results[0]
     # here the moves do move (so the box is checked on a moved point), and only downhill
-    assert passes > 0 and rounds >= 1
+    assert found.n_passes > inc.n_passes and found.move_rounds["local"] >= 1
     assert best.objective < inc.objective
     assert np.all(best.theta >= lower) and np.all(best.theta <= upper)
     assert np.all(np.isfinite(best.theta))
+
+
+def test_soft_mode_candidates_are_clipped_to_the_box():
+    shape = (1, 2, 1, 2)
+    G = random_measure(*shape, scale=1.5, random_state=3)
+    X, y = make_hmoe_regression(200, measure=G, n_experts=1, n_features=2, gate="value",
+                                activation="tanh", noise=0.1, random_state=4)
+    problem = make_problem(X, y, shape, "value", "tanh", param_bound=1.0)
+    theta = np.clip(pack(G), problem.lower, problem.upper)
+    cands = SoftModes(n_modes=3, steps=[8.0]).propose(problem, theta, _no_draw)
+    assert len(cands) == 3 * 2
+    for t in cands:
+        assert np.all(t >= problem.lower) and np.all(t <= problem.upper)
+    assert any(np.any(t == problem.upper) | np.any(t == problem.lower) for t in cands)

@@ -1,5 +1,5 @@
-"""Rounds of the whole search (``search_rounds``): fresh candidates until the optimum is
-found twice (three times with signed weights)."""
+"""Rounds of the whole search (``Search(rounds=...)``): fresh candidates until the optimum is
+found by two rounds (``agree``)."""
 
 import warnings
 
@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from hmoe_estim import HMoERegressor, make_hmoe_regression, random_measure, regression_function
-from hmoe_estim.solvers._search import search_rounds_schedule, starts_to_stop
+from hmoe_estim.solvers import ExpertReassignment, Search, SoftModes, count_agreeing
+
+from .problems import schedule_of
 
 
 def _fit(X, y, **kw):
@@ -28,14 +30,21 @@ def hard():
 
 
 def test_a_fresh_round_repairs_a_certified_local_optimum(hard):
-    # without head restarts and with a small race, one round ends above the truth's objective
-    # (a certified failure); the later rounds' fresh candidates reach below it
+    # without head restarts (the local moves only) and with a small race, one round ends above
+    # the truth's objective (a certified failure); the later rounds' fresh candidates reach
+    # below it
     X, y, truth = hard
     kw = dict(n_heads=2, n_experts=2, gate="value", activation="tanh", n_starts=2,
-              n_candidates=32, head_restarts=0, random_state=2)
-    one = _fit(X, y, search_rounds=1, **kw)
-    three = _fit(X, y, search_rounds=3, **kw)
+              random_state=2)
+
+    def search(rounds):
+        return Search(n_candidates=32, moves=[ExpertReassignment(), SoftModes()],
+                      rounds=rounds)
+
+    one = _fit(X, y, solver=search(1), **kw)
+    three = _fit(X, y, solver=search(3), **kw)
     assert one.objective_ > truth and one.search_rounds_ == 1
+    assert one.search_stop_ == "rounds" and one.head_restart_rounds_ == 0
     assert three.objective_ < truth and three.search_rounds_ >= 2
     # round 1 is the one-round fit; every round adds its n_starts finished starts
     assert three.start_objectives_.shape == (2 * three.search_rounds_,)
@@ -44,37 +53,40 @@ def test_a_fresh_round_repairs_a_certified_local_optimum(hard):
     assert three.start_n_iter_.shape == three.start_converged_.shape == (2 * three.search_rounds_,)
 
 
-@pytest.mark.parametrize("activation,n_heads,to_stop", [
-    ("tanh", 1, 3),     # signed weights: three agreeing starts stop the rounds, not two
-    ("sigmoid", 2, 2),  # otherwise two
-])
-def test_the_search_stops_once_the_optimum_is_found_by_enough_starts(activation, n_heads,
-                                                                     to_stop):
-    # truths of the suite (value gate, N = 2, D = 2, K = K* = 2, n = 1000), two starts a round
+@pytest.mark.parametrize("activation,n_heads", [("tanh", 1), ("sigmoid", 2)])
+def test_the_search_stops_once_the_optimum_is_found_by_enough_rounds(activation, n_heads):
+    # truths of the suite (value gate, N = 2, D = 2, K = K* = 2, n = 1000), two starts a round.
+    # Agreement counts rounds (independent races), not the starts of one race.
     G = random_measure(n_heads, 2, 2, 2, scale=2.0, random_state=1000)
     X, y = make_hmoe_regression(1000, measure=G, n_experts=2, n_features=2, gate="value",
                                 activation=activation, noise=0.1, random_state=10000)
     kw = dict(n_heads=n_heads, n_experts=2, gate="value", activation=activation,
-              n_candidates=32, head_restarts=0, search_rounds=4)
-    assert starts_to_stop("value", activation) == to_stop
-    # one start per round: as many rounds at least as starts are needed
+              solver=Search(n_candidates=32, moves=[], rounds=4))
+    to_stop = schedule_of("value", n_heads, activation).agree
+    assert to_stop == 2
+    # however many starts of one round agree, it takes to_stop rounds to stop
     single = _fit(X, y, n_starts=1, random_state=1, **kw)
     assert single.search_rounds_ >= to_stop
-    ran, stopped_with = [], []
-    for seed in range(4):
+    ran, stopped_with, stops = [], [], set()
+    for seed in range(5):
         est = _fit(X, y, n_starts=2, random_state=seed, **kw)
         ran.append(est.search_rounds_)
-        if est.search_rounds_ < 4:  # stopped early: the best was reached by enough starts
-            assert est.n_starts_agreeing_ >= to_stop
-            stopped_with.append(est.n_starts_agreeing_)
+        stops.add(est.search_stop_)
+        assert est.schedule_["agree"] == to_stop
+        # the best objective of each round (two finished starts a round)
+        round_best = est.start_objectives_.reshape(est.search_rounds_, 2).min(axis=1)
+        assert est.n_rounds_agreeing_ == count_agreeing(round_best, len(y))
+        if est.search_rounds_ < 4:  # stopped early: the best was reached by enough rounds
+            assert est.n_rounds_agreeing_ >= to_stop and est.search_stop_ == "agreement"
+            stopped_with.append(est.n_rounds_agreeing_)
+        else:
+            assert est.search_stop_ in ("agreement", "rounds")
         # ... and not before: every earlier round ended with fewer
         for r in range(1, est.search_rounds_):
-            obj = est.start_objectives_[: 2 * r]
-            assert np.sum(obj <= obj.min() * (1 + 1 / len(y))) < to_stop
+            assert count_agreeing(round_best[:r], len(y)) < to_stop
     # both ends of the rule occur on these seeds: an early stop, and the cap
-    assert min(ran) < 4 and max(ran) == 4
-    if to_stop == 2:  # two are enough here
-        assert 2 in stopped_with
+    assert min(ran) < 4 and max(ran) == 4 and stops == {"agreement", "rounds"}
+    assert to_stop in stopped_with
 
 
 @pytest.mark.parametrize("gate,n_heads,activation,rounds", [
@@ -94,11 +106,17 @@ def test_auto_search_rounds_is_the_documented_count(gate, n_heads, activation, r
     X, y = make_hmoe_regression(200, n_features=2, n_heads=n_heads, gate=gate,
                                 activation=activation, noise=0.05, random_state=4)
     kw = dict(n_heads=n_heads, n_experts=1, gate=gate, activation=activation, n_starts=1,
-              n_candidates=4, race_iter=1, max_iter=2, head_restarts=0, random_state=0)
-    auto = _fit(X, y, **kw)
-    explicit = _fit(X, y, search_rounds=rounds, **kw)
-    more = _fit(X, y, search_rounds=rounds + 1, **kw)
-    assert auto.n_starts_agreeing_ == 1  # the premise: no round stopped the search
+              max_iter=2, random_state=0)
+
+    def search(**knobs):
+        return Search(n_candidates=4, race_iter=1, moves=[], **knobs)
+
+    auto = _fit(X, y, solver=search(), **kw)
+    explicit = _fit(X, y, solver=search(rounds=rounds), **kw)
+    more = _fit(X, y, solver=search(rounds=rounds + 1), **kw)
+    # the premise: no two rounds agreed, so none stopped the search
+    assert auto.n_starts_agreeing_ == auto.n_rounds_agreeing_ == 1
+    assert auto.schedule_["rounds"] == rounds and auto.search_stop_ == "rounds"
     assert auto.search_rounds_ == explicit.search_rounds_ == rounds
     np.testing.assert_array_equal(auto.theta_, explicit.theta_)
     assert auto.n_kernel_passes_ == explicit.n_kernel_passes_
@@ -106,51 +124,52 @@ def test_auto_search_rounds_is_the_documented_count(gate, n_heads, activation, r
     assert more.n_kernel_passes_ > auto.n_kernel_passes_
 
 
-def test_starts_to_stop():
-    # two agreeing starts stop the rounds; three with signed weights (value/SDPA with tanh),
-    # where two often agree on a local optimum
-    for gate in ("value", "sdpa"):
-        assert starts_to_stop(gate, "tanh") == 3
-        for act in ("sigmoid", "gelu", "silu"):
-            assert starts_to_stop(gate, act) == 2
-    # the linear gates have the sign symmetry too, but not the stricter stop
-    for gate in ("none", "output"):
-        for act in ("sigmoid", "tanh"):
-            assert starts_to_stop(gate, act) == 2
+def test_rounds_to_stop():
+    # two agreeing rounds stop the search, for every model (the starts of one race can all
+    # fall in one wrong basin: agreement counts independent rounds only)
+    for gate in ("value", "sdpa", "none", "output"):
+        for act in ("sigmoid", "tanh", "gelu", "silu"):
+            for heads in (1, 2):
+                assert schedule_of(gate, heads, act).agree == 2
+    assert schedule_of("value", 1, "tanh", agree=5).agree == 5
     with pytest.raises(ValueError, match="gate"):
-        starts_to_stop("bogus", "tanh")
+        schedule_of("bogus", 1, "tanh")
     with pytest.raises(ValueError, match="activation"):
-        starts_to_stop("value", "bogus")
+        schedule_of("value", 1, "bogus")
 
 
 def test_lbfgs_runs_one_round():
     X, y = make_hmoe_regression(200, n_features=2, n_heads=2, gate="value", random_state=0)
-    est = _fit(X, y, n_heads=2, n_experts=1, gate="value", solver="lbfgs", n_starts=2,
-               max_iter=50, search_rounds=3, random_state=0)
+    kw = dict(n_heads=2, n_experts=1, gate="value", n_starts=2, max_iter=50, random_state=0)
+    est = _fit(X, y, solver="lbfgs", **kw)
     assert est.search_rounds_ == 1 and est.start_objectives_.shape == (2,)
+    assert est.schedule_["rounds"] == 1 and est.search_stop_ == "rounds"
+    # rounds given explicitly to a search around L-BFGS-B are run (the "auto" is one)
+    more = _fit(X, y, solver=Search(local="lbfgs", rounds=2, agree=3), **kw)
+    assert more.search_rounds_ == 2 and more.start_objectives_.shape == (4,)
+    np.testing.assert_array_equal(more.start_objectives_[:2], est.start_objectives_)
 
 
 def test_search_rounds_schedule():
-    from hmoe_estim.solvers._search import SEARCH_ROUNDS, SEARCH_ROUNDS_SIGNED
-
-    assert (SEARCH_ROUNDS, SEARCH_ROUNDS_SIGNED) == (6, 6)
     for gate in ("value", "sdpa"):
         for heads in (1, 2, 3):
-            assert search_rounds_schedule(gate, "tanh", heads) == SEARCH_ROUNDS_SIGNED
+            assert schedule_of(gate, heads, "tanh").rounds == 6
             for act in ("sigmoid", "gelu", "silu"):
-                assert search_rounds_schedule(gate, act, heads) == (
-                    SEARCH_ROUNDS if heads > 1 else 1)
+                assert schedule_of(gate, heads, act).rounds == (6 if heads > 1 else 1)
+            # L-BFGS-B: one round
+            assert schedule_of(gate, heads, "tanh", local="lbfgs").rounds == 1
     for gate in ("none", "output"):
         for act in ("sigmoid", "tanh"):
-            assert search_rounds_schedule(gate, act, 2) == 1
+            assert schedule_of(gate, 2, act).rounds == 1
+    assert schedule_of("value", 2, rounds=3).rounds == 3
     with pytest.raises(ValueError, match="gate"):
-        search_rounds_schedule("bogus", "tanh", 2)
+        schedule_of("bogus", 2, "tanh")
     with pytest.raises(ValueError, match="activation"):
-        search_rounds_schedule("value", "bogus", 2)
+        schedule_of("value", 2, "bogus")
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, "many", None, True])
 def test_search_rounds_is_validated(value):
     X, y = make_hmoe_regression(50, random_state=0)
-    with pytest.raises(ValueError, match="search_rounds must be 'auto' or an integer >= 1"):
-        HMoERegressor(search_rounds=value).fit(X, y)
+    with pytest.raises(ValueError, match="rounds must be 'auto' or an integer >= 1"):
+        HMoERegressor(solver=Search(rounds=value)).fit(X, y)
