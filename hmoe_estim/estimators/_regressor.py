@@ -145,8 +145,13 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
     n_starts_agreeing_ : int
         How many of those starts ended within ``1 · σ̂²/n`` of the best objective
         (``σ̂²`` = the best objective, an estimate of the noise variance; ``n`` = samples):
-        the optimum was found that many times (documentation: the solver page, "Reading a
-        fit").
+        the optimum was found that many times. Starts of one round come from one race and
+        are not independent: see ``n_rounds_agreeing_``.
+    n_rounds_agreeing_ : int
+        How many rounds of the search — independent races from fresh candidates — reached
+        the best objective (within ``1 · σ̂²/n``): the evidence that the optimum was found
+        more than once (documentation: the solver page, "Reading a fit"). The rounds stop
+        once it reaches the search's ``agree``; with one round it is 1.
     head_restart_rounds_ : int
         Rounds of the restart moves (a head redrawn) that lowered the objective.
     reassign_rounds_ : int
@@ -445,6 +450,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         self.solver_ = local.name
         self.search_rounds_ = int(found.rounds)
         self.search_stop_ = found.stop
+        self.n_rounds_agreeing_ = int(found.rounds_agreeing)
         self.head_restart_rounds_ = int(found.move_rounds["restart"])
         self.reassign_rounds_ = int(found.move_rounds["local"])
         self.schedule_ = found.schedule.to_dict()

@@ -63,13 +63,15 @@ def _lbfgsb(theta0, XT, y, shape, gate, activation, lower, upper, max_iter, tol,
         value = np.inf
     # SciPy's status: 0 converged, 1 an iteration or evaluation limit, 2 stopped abnormally
     status = 6 if res.success else (0 if res.status == 1 else -5)
+    if value == np.inf and int(res.nit) == 0:  # the start itself overflows
+        status = -1
     detail = str(res.message)
     return SolveResult(
         theta=np.asarray(res.x, dtype=np.float64),
         objective=value,
         n_iter=int(res.nit),
         status=status,
-        message=detail if status != 0 else message(0, max_iter=max_iter, unit="iterations"),
+        message=message(status, detail=detail, max_iter=max_iter, unit="iterations"),
         n_passes=int(res.nfev),
     )
 

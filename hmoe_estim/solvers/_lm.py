@@ -78,11 +78,8 @@ _ACCEPT = 1e-4
 #: Default ``stat_tol``: a decrease of the objective below 1% of ``σ²/n`` is statistically
 #: irrelevant (the objective itself fluctuates by ``σ² √(2/n)`` between data sets).
 STAT_TOL = 1e-2
-#: Below this many samples the LM kernels run on one thread (L-BFGS-B's threshold is
-#: ``optim.SERIAL_BELOW`` = 512). LM makes two short kernel calls per iteration, and the race
-#: runs 128 candidates on at most 4096 samples: there a second thread saves little compute
-#: and every call waits for it to wake — on a loaded machine milliseconds per call (measured
-#: in a default fit at n = 1e4: 2.7 ms per forward pass on 4096 samples with 2 threads).
+#: Below this many samples the LM kernels run on one thread: an iteration makes two short
+#: kernel calls, and a second thread saves less than each call waits for it to wake.
 LM_SERIAL_BELOW = 8192
 #: Iterations over which the stall rule looks back.
 STALL_WINDOW = 10
@@ -302,7 +299,7 @@ def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None
     ``kwargs`` go to :func:`levenberg_marquardt`, except ``fit_intercept=True``: then every
     start and the bounds end with the intercept ``c`` (the layout of
     ``kernels.objective.objective_and_gradient`` and of
-    ``solvers._multistart.run_starts``), and so does every result's ``theta``.
+    ``solvers._lbfgsb.run_starts``), and so does every result's ``theta``.
     To resume starts, ``mu0s`` gives each its damping and ``counts`` its
     ``(n_jac, n_fev, n_iter)`` so far. Returns the list of
     :class:`~hmoe_estim.solvers.SolveResult` in start order.

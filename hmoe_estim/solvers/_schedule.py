@@ -16,6 +16,8 @@ __all__ = ["Schedule", "resolve"]
 
 #: Rounds of each move while it improves (the moves stop earlier after a round without).
 MOVE_ROUNDS = 10
+#: Independent rounds that must reach the best objective for the rounds to stop.
+AGREE_ROUNDS = 2
 #: Share of the race's candidates that run its second half (successive halving).
 RACE_FRACTION = 4
 
@@ -58,12 +60,13 @@ def resolve(search, problem, local):
                    search over signed weights, fold back at the end
     n_candidates   ``32 · n_starts``; MHA: ``16 · n_starts · H`` (its basins are the gate
                    matrices', one set per head)
-    race_iter      10; value/SDPA gates with ``H > 1``: 30 (their candidates sort slowly)
+    race_iter      10; value/SDPA gates with ``H > 1`` or with tanh: 30 (their candidates
+                   sort slowly)
     race_samples   4096; linear gates: 1024 (nearly converged after the race); value/SDPA
                    with ``H > 1``: 1024 (three times the iterations in the same work)
     rounds         value/SDPA gates with tanh, or with ``H > 1``: 6; otherwise 1
-    agree          value/SDPA with tanh: 3 (two starts often agree on a local optimum
-                   there); otherwise 2
+    agree          2 independent rounds (the starts of one race can all fall in one wrong
+                   basin: agreement counts between independent races only)
     moves          ``H > 1``: head restarts (32 per head); value/SDPA with tanh and
                    ``H > 1``: also expert reassignment and soft modes
     ============== ====================================================================
@@ -86,7 +89,7 @@ def resolve(search, problem, local):
     else:
         n_cand = int(search.n_candidates)
     if _auto(search.race_iter):
-        race_iter = 30 if (several and gated) else 10
+        race_iter = 30 if (several and gated) or signed_gated else 10
     else:
         race_iter = int(search.race_iter)
     if _auto(search.race_samples):
@@ -101,7 +104,7 @@ def resolve(search, problem, local):
     else:
         rounds = int(search.rounds)
     if _auto(search.agree):
-        agree = 3 if signed_gated else 2
+        agree = AGREE_ROUNDS
     else:
         agree = int(search.agree)
     if _auto(search.signed):

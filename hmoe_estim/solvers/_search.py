@@ -18,8 +18,9 @@ it with no oracle (nothing about the truth), only the data and random starts:
   (a head redrawn) alternate with the local ones (experts reassigned, soft modes) while
   either improves.
 - **Rounds**: race and moves again from fresh candidates, until the best objective has been
-  reached by ``agree`` finished starts (of one round or several, within ``1 · σ̂²/n``), or
-  ``rounds`` rounds; the best start of all rounds is kept.
+  reached by ``agree`` rounds (within ``1 · σ̂²/n``), or ``rounds`` rounds; the best start of
+  all rounds is kept. Agreement is counted between rounds, which are independent races, and
+  not between the starts of one race: those can all come from one basin.
 
 Every ``"auto"`` is resolved by :func:`hmoe_estim.solvers._schedule.resolve`, from one table.
 """
@@ -51,8 +52,10 @@ class SearchResult:
     the whole search (abandoned race candidates included, in units of full passes);
     ``rounds``: rounds run; ``move_rounds``: rounds that improved, per move family
     (``{"restart": r, "local": l}``); ``stop``: why the search stopped (``"agreement"``,
-    ``"rounds"``, ``"budget"``); ``dropped``: reason → number of candidates or moves left
-    out because they gave non-finite values; ``schedule``: the resolved settings.
+    ``"rounds"``, or ``"budget"``: the time budget left out a round or a move); ``dropped``:
+    reason → number of candidates or moves left out because they gave non-finite values;
+    ``schedule``: the resolved settings; ``rounds_agreeing``: rounds whose best start reached
+    the best objective.
     """
 
     results: list
@@ -62,6 +65,7 @@ class SearchResult:
     stop: str
     schedule: object
     dropped: dict = field(default_factory=dict)
+    rounds_agreeing: int = 0
 
     @property
     def best(self):
@@ -99,8 +103,8 @@ class Search(BaseEstimator):
     rounds : int or "auto", default="auto"
         Most rounds of the search.
     agree : int or "auto", default="auto"
-        Finished starts that must reach the best objective (within ``1 · σ̂²/n``) for the
-        rounds to stop.
+        Rounds (independent races) whose best start must reach the best objective (within
+        ``1 · σ̂²/n``) for the rounds to stop.
     moves : "auto" or list of Move, default="auto"
         Moves of the best fit (:class:`HeadRestarts`, :class:`ExpertReassignment`,
         :class:`SoftModes`, or your own :class:`Move`); ``[]``: none.
@@ -144,7 +148,7 @@ class Search(BaseEstimator):
                 f"n_candidates={self.n_candidates} is smaller than n_starts={self.n_starts}: "
                 "the race keeps n_starts of the candidates. Raise n_candidates or lower "
                 "n_starts.")
-        _check_auto(self.race_iter, "race_iter", 0)
+        _check_auto(self.race_iter, "race_iter", 1)
         _check_auto(self.race_samples, "race_samples", 16)
         _check_auto(self.rounds, "rounds", 1)
         _check_auto(self.agree, "agree", 1)
@@ -193,10 +197,14 @@ class _Run:
         self.t0 = time.perf_counter()
         self.passes = 0.0
         self.dropped = {}
+        self.cut = False  # the budget left out a round or a move
 
     def over_budget(self):
-        return self.max_seconds is not None and \
+        """Whether the time budget is spent (noted: the search then says it was cut)."""
+        over = self.max_seconds is not None and \
             time.perf_counter() - self.t0 > float(self.max_seconds)
+        self.cut = self.cut or over
+        return over
 
     def drop(self, reason, count=1):
         self.dropped[reason] = self.dropped.get(reason, 0) + count
@@ -305,13 +313,11 @@ class _Run:
         while len(starts) < s.n_candidates:
             starts.append(draw())
         results, improved, stop = [], {"restart": 0, "local": 0}, "rounds"
+        round_best = []  # the best objective of each round (independent races)
         n = self.problem.n_samples
         r = 0
         for r in range(s.rounds):
             if r > 0:  # a fresh search: new candidates, raced, then the moves
-                if self.over_budget():
-                    stop, r = "budget", r - 1
-                    break
                 starts = [draw() for _ in range(s.n_candidates)]
             found = list(self.race(starts, s.n_starts))
             objs = np.array([f.objective for f in found])
@@ -321,19 +327,21 @@ class _Run:
                 for k in gained:
                     improved[k] += gained[k]
             results += found
-            agreeing = count_agreeing([f.objective for f in results], n, AGREE_TOL)
+            round_best.append(min(f.objective for f in found))
+            agreeing = count_agreeing(round_best, n, AGREE_TOL)
             if self.verbose:
                 print(f"[{GATE_LABELS[self.problem.gate]}] search round {r + 1}: best "
-                      f"objective {min(f.objective for f in results):.6g}, reached by "
-                      f"{agreeing} start(s)")
+                      f"objective {min(round_best):.6g}, reached by {agreeing} round(s)")
             if agreeing >= s.agree and s.rounds > 1:
                 stop = "agreement"
                 break
-            if self.over_budget():
-                stop = "budget"
+            if r + 1 < s.rounds and self.over_budget():
                 break
+        if self.cut:
+            stop = "budget"
         return SearchResult(results=results, n_passes=self.passes, rounds=r + 1,
-                            move_rounds=improved, stop=stop, schedule=s, dropped=self.dropped)
+                            move_rounds=improved, stop=stop, schedule=s, dropped=self.dropped,
+                            rounds_agreeing=count_agreeing(round_best, n, AGREE_TOL))
 
 
 def make_search(solver):

@@ -101,6 +101,7 @@ def _fit_one(config, truth, model, n, rep, seed):
         "fit_seconds": fit_seconds,
         "converged": bool(est.converged_),
         "search_rounds": int(est.search_rounds_),
+        "n_rounds_agreeing": int(est.n_rounds_agreeing_),
         "objective": float(est.objective_),
         "start_objectives": [float(v) for v in est.start_objectives_],
         "n_starts_agreeing": int(est.n_starts_agreeing_),
