@@ -43,6 +43,23 @@ fitted
 with ``K = 3``, sigmoid, ``σ = 0.1``, gates none/value/sdpa, the preset's truth) with
 ``lbfgs`` and ``lm`` over replications of the data, at the ``--n`` values.
 
+``--suite wide`` (method ``lm`` only by default) widens the design: gates
+none/value/sdpa/output × activations sigmoid/tanh/gelu/silu (16 groups; for the ungated MHA the
+4 labels only name 4 groups of fits on different truths), ``--fits-per-group`` fits per group
+(default 24, 384 fits), each on a *fresh* truth ``random_measure(H, N, 2, D, scale=s)`` with
+``s ~ U(1, 3)`` (``--scale-range``; redrawn with the next seed if the separation cannot be
+reached), the factors ``K`` in {K*, K* + 1}, ``N`` in ``--tokens`` (2, 3, 4), ``D`` in
+``--features`` (2, 3, 4), ``H`` in ``--heads`` (1, 2, 3), ``n`` in ``--n`` assigned by a
+balanced fractional design (:func:`wide_plan`; deterministic from ``--first-seed``). Each case
+also keeps ``P``, the scale, the truth/data/fit seeds, the search rounds and the objectives of
+all starts; every fit records its wall and CPU time. The report (printed and stored as
+``report`` in the JSON): certified failures, rate, one-sided 95% upper bound and median time
+per (gate, activation), per (H, N), per K, per n and overall; median time per bin of ``P``
+with the log–log exponent of wall against ``P``; and how many certified failures had two
+(three) starts agreeing. ``--shard i/k`` runs the plan items with index mod k = i (k
+processes share the plan, one JSON each); ``--merge A.json B.json --json OUT`` merges them
+and prints the report.
+
 Usage::
 
     python benchmarks/bench_solver.py --quick                     # smoke test
@@ -51,6 +68,10 @@ Usage::
     python benchmarks/bench_solver.py --seeds 1 --n 1000 --large-seeds 0 --threads 1 \
         --json benchmarks/results/solver_suite_compare.json       # 3 methods, 1 truth/shape
     python benchmarks/bench_solver.py --suite preset --n 10000,100000 --reps 8 --json OUT
+    python benchmarks/bench_solver.py --suite wide --threads 1 --json wide.json  # 384 fits
+    python benchmarks/bench_solver.py --suite wide --shard 0/2 --threads 1 --json w0.json
+    python benchmarks/bench_solver.py --suite wide --shard 1/2 --threads 1 --json w1.json
+    python benchmarks/bench_solver.py --merge w0.json w1.json --json wide.json
 """
 
 import argparse
@@ -70,7 +91,7 @@ GATE_ACTS = {"none": ["sigmoid"], "value": ["sigmoid", "tanh", "gelu", "silu"],
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--suite", choices=["truths", "preset", "tanh"], default="truths")
+    ap.add_argument("--suite", choices=["truths", "preset", "tanh", "wide"], default="truths")
     ap.add_argument("--n", default="1000,10000", help="sample sizes, comma-separated")
     ap.add_argument("--seeds", type=int, default=2,
                     help="truths per shape and n (truths suite; 2)")
@@ -88,10 +109,26 @@ def parse_args(argv=None):
     ap.add_argument("--large-seeds", type=int, default=2,
                     help="truths suite: truths per large shape at --large-n (2; 0: none)")
     ap.add_argument("--gate-acts", default=None,
-                    help="truths suite: only these groups, e.g. value:tanh,sdpa:gelu")
+                    help="truths and wide suites: only these groups, e.g. value:tanh,sdpa:gelu")
+    ap.add_argument("--fits-per-group", type=int, default=24,
+                    help="wide suite: fits per (gate, activation) group (24)")
+    ap.add_argument("--heads", default="1,2,3", help="wide suite: values of H (1,2,3)")
+    ap.add_argument("--tokens", default="2,3,4", help="wide suite: values of N (2,3,4)")
+    ap.add_argument("--features", default="2,3,4", help="wide suite: values of D (2,3,4)")
+    ap.add_argument("--scale-range", default="1.0,3.0",
+                    help="wide suite: the truth's scale is drawn uniformly from LOW,HIGH per "
+                         "fit (1.0,3.0)")
+    ap.add_argument("--shard", default=None, metavar="I/K",
+                    help="wide suite: run only the plan items with index %% K == I (e.g. 0/2), "
+                         "so that K processes share the plan; merge with --merge")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", default=None,
+                    help="wide suite: merge the shard files (written with --shard) into "
+                         "--json and print the report; fits nothing")
     ap.add_argument("--reps", type=int, default=4, help="data sets per n (preset suite)")
-    ap.add_argument("--methods", default="lbfgs,trf,lm")
-    ap.add_argument("--gates", default="none,value,sdpa")
+    ap.add_argument("--methods", default=None,
+                    help="lbfgs,trf,lm (the wide suite: lm)")
+    ap.add_argument("--gates", default=None,
+                    help="none,value,sdpa (the wide suite: none,value,sdpa,output)")
     ap.add_argument("--noise", type=float, default=0.1)
     ap.add_argument("--cert-tol", type=float, default=0.1,
                     help="certificate tolerance in units of sigma^2/n (0.1)")
@@ -101,7 +138,15 @@ def parse_args(argv=None):
     ap.add_argument("--resume", action="store_true",
                     help="keep the cases already in --json (same methods and settings) and "
                          "fit only the missing ones")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    wide = args.suite == "wide" or args.merge
+    if args.methods is None:
+        args.methods = "lm" if wide else "lbfgs,trf,lm"
+    if args.gates is None:
+        args.gates = "none,value,sdpa,output" if wide else "none,value,sdpa"
+    if args.shard is not None and args.suite != "wide":
+        ap.error("--shard is for the wide suite")
+    return args
 
 
 def embed_truth(G, K):
@@ -159,7 +204,7 @@ def _trf_starts(least_squares, predict, jacobian_matrix, XT, y, shape, g, a, sta
     return best[0], best[1], passes
 
 
-def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed):
+def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed, keep_starts=False):
     import warnings
 
     import numpy as np
@@ -179,7 +224,7 @@ def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed):
     unit = noise ** 2 / n
     out = {"truth_objective": truth_obj, "methods": {}}
     for m in methods:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if m == "trf":
             lower, upper = make_bounds(shape, omega_max=10.0, param_bound=10.0)
             rng = check_random_state(seed)
@@ -197,15 +242,19 @@ def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed):
             obj, conv, passes = est.objective_, est.converged_, est.n_kernel_passes_
             agree = est.n_starts_agreeing_
             starts_below = int(np.sum(est.start_objectives_ <= truth_obj + cert_tol * unit))
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         excess = (obj - truth_obj) / unit
         out["methods"][m] = {
             "objective": obj, "excess_sigma2_over_n": excess, "failure": bool(excess > cert_tol),
-            "wall": wall, "passes": passes, "converged": bool(conv), "n_starts_agreeing": agree,
+            "wall": wall, "cpu": cpu, "passes": passes, "converged": bool(conv),
+            "n_starts_agreeing": agree,
             "starts_not_above_truth": starts_below,
             "n_finished": None if m == "trf" else len(est.start_objectives_),
             "search_rounds": None if m == "trf" else int(est.search_rounds_),
+            "n_rounds_agreeing": None if m == "trf" else int(est.n_rounds_agreeing_),
         }
+        if keep_starts and m != "trf":
+            out["methods"][m]["start_objectives"] = [float(v) for v in est.start_objectives_]
     return out
 
 
@@ -313,6 +362,352 @@ def truths_plan(args, n_values, gates):
     return plan
 
 
+WIDE_ACTS = ["sigmoid", "tanh", "gelu", "silu"]
+
+
+def _ints(text, name):
+    try:
+        vals = [int(float(v)) for v in text.split(",") if v]
+    except ValueError:
+        raise SystemExit(f"--{name}: {text!r} is not a comma-separated list of integers")
+    if not vals:
+        raise SystemExit(f"--{name}: empty")
+    return vals
+
+
+def _hn_cycle(heads, tokens, first_seed):
+    """The fixed shuffled list of the (H, N) combinations, from ``first_seed``.
+
+    For the 3 × 3 default, the permutation is redrawn until every residue class mod 3 of
+    the list holds three different H and three different N: with 24 fits per group each
+    round of the plan then fits three cells of different H and N (cheap and expensive
+    fits mixed).
+    """
+    import numpy as np
+
+    cells = [(h, t) for h in heads for t in tokens]
+    rng = np.random.RandomState(first_seed)
+    for _ in range(1000):
+        order = [cells[i] for i in rng.permutation(len(cells))]
+        if len(heads) != 3 or len(tokens) != 3 or all(
+                len({c[0] for c in order[r::3]}) == 3 and len({c[1] for c in order[r::3]}) == 3
+                for r in range(3)):
+            return order
+    return order
+
+
+def wide_plan(args, n_values, gates):
+    """The wide suite: a list of plan items (dicts), in the order of the run.
+
+    Design: ``G`` (gate, activation) groups × ``F = --fits-per-group`` fits. Fit ``j`` of
+    group ``g`` has the design counter ``c = g·F + j``; its factors are
+
+    - ``(H, N) = L[c mod 9]``, ``L`` the fixed shuffled list of ``_hn_cycle``;
+    - ``D = features[(c + c // 9) mod 3]`` (a 27-cycle: every (H, N) cell meets every D; no
+      shift ``c // 9`` when the numbers of (H, N) cells and of D values are coprime);
+    - ``K = K* + (c // 2 + g) mod 2``, ``n = n_values[(c // 4 + g // 2) mod len(n_values)]``
+      (balanced in every group when ``F`` is a multiple of 8, in every round of the plan,
+      and not confounded with (H, N) or D);
+    - a fresh truth per fit: ``scale ~ U(--scale-range)``, ``truth_seed``, ``data_seed`` and
+      ``fit_seed`` distinct per fit, all from ``--first-seed`` and ``c``.
+
+    Order of the run: round-major (fit ``j`` of every group, then fit ``j + 1``), the groups
+    rotated by one slot per round, so that an interrupted run has balanced groups and
+    ``--shard i/2`` (plan index mod 2) takes every other fit of every group.
+    """
+    import math
+
+    import numpy as np
+
+    # every gate with the 4 activation labels (for the ungated MHA, "none", the label only
+    # names 4 groups of fits on different truths: it has no activation)
+    groups = [(g, a) for g in gates for a in WIDE_ACTS]
+    if args.gate_acts:
+        want = {tuple(t.split(":")) for t in args.gate_acts.split(",") if t}
+        groups = [ga for ga in groups if ga in want or (ga[0], "*") in want]
+    heads, tokens = _ints(args.heads, "heads"), _ints(args.tokens, "tokens")
+    dims = _ints(args.features, "features")
+    lo, hi = (float(v) for v in args.scale_range.split(","))
+    hn = _hn_cycle(heads, tokens, args.first_seed)
+    F, S, n_groups = args.fits_per_group, args.first_seed, len(groups)
+    # D shifts by one per pass through the (H, N) list when the periods share a factor
+    # (3 and 9: else D would be a function of the (H, N) cell)
+    shift = int(math.gcd(len(hn), len(dims)) > 1)
+    base = 1_000_000 * (S + 1)
+    plan = []
+    for j in range(F):
+        for slot in range(n_groups):
+            g = (slot + j) % n_groups
+            gate, act = groups[g]
+            c = g * F + j
+            H, N = hn[c % len(hn)]
+            D = dims[(c + shift * (c // len(hn))) % len(dims)]
+            K = 2 + (c // 2 + g) % 2
+            n = n_values[(c // 4 + g // 2) % len(n_values)]
+            scale = float(np.random.default_rng([S, c]).uniform(lo, hi))
+            plan.append({"index": len(plan), "design": c, "gate": gate, "activation": act,
+                         "K": K, "H": H, "N": N, "D": D, "n": n, "scale": scale,
+                         "truth_seed": base + 100 * c, "data_seed": base + 500_000 + c,
+                         "fit_seed": base + 700_000 + c})
+    return plan
+
+
+def parse_shard(text):
+    """``'i/k'`` -> ``(i, k)``; None -> ``(0, 1)``."""
+    if text is None:
+        return 0, 1
+    try:
+        i, k = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard: {text!r} is not I/K (e.g. 0/2)")
+    if not (k >= 1 and 0 <= i < k):
+        raise SystemExit(f"--shard: {text!r} needs K >= 1 and 0 <= I < K")
+    return i, k
+
+
+def draw_truth(item, max_redraws=99):
+    """``random_measure`` of the item, redrawn with the next seed if the separation fails."""
+    from hmoe_estim import random_measure
+
+    for r in range(max_redraws + 1):
+        try:
+            G = random_measure(item["H"], item["N"], 2, item["D"], scale=item["scale"],
+                               random_state=item["truth_seed"] + r)
+            return G, item["truth_seed"] + r, r
+        except ValueError as exc:
+            if "Could not draw" not in str(exc) or r == max_redraws:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _rate_rows(cases, keys, method):
+    """Rows ``key..., fits, failures, rate %, 95% ub %, median wall s, median CPU s`` per group
+    and over all (CPU: the process's CPU time, which load from other processes does not
+    inflate)."""
+    import numpy as np
+
+    def cells(cs):
+        rs = [c["result"]["methods"][method] for c in cs]
+        k = int(sum(r["failure"] for r in rs))
+        return [len(rs), k, round(100 * k / len(rs), 2), round(100 * upper_bound(k, len(rs)), 2),
+                round(float(np.median([r["wall"] for r in rs])), 3),
+                round(float(np.median([r.get("cpu", np.nan) for r in rs])), 3)]
+
+    groups = {}
+    for c in cases:
+        groups.setdefault(tuple(c[k] for k in keys), []).append(c)
+    rows = [list(key) + cells(cs) for key, cs in sorted(groups.items())]
+    if cases:
+        rows.append(["all"] + [""] * (len(keys) - 1) + cells(cases))
+    return [list(keys) + ["fits", "failures", "rate %", "95% ub %", "median s",
+                          "median cpu s"]] + rows
+
+
+P_BINS = [0, 20, 40, 80, 160, 320, 10 ** 9]
+
+
+def wide_report(cases, method="lm"):
+    """The wide suite's report (a JSON-able dict of tables and numbers)."""
+    import numpy as np
+
+    cases = [c for c in cases if method in c["result"]["methods"]]
+    rep = {"method": method, "fits": len(cases)}
+    if not cases:
+        return rep
+    rep["groups"] = _rate_rows(cases, ["gate", "activation"], method)
+    rep["HN"] = _rate_rows(cases, ["H", "N"], method)
+    rep["K"] = _rate_rows(cases, ["K"], method)
+    rep["n"] = _rate_rows(cases, ["n"], method)
+    overall = rep["K"][-1]
+    rep["overall"] = dict(zip(rep["K"][0][1:], overall[1:]))
+    P = np.array([c["P"] for c in cases], dtype=float)
+    wall = np.array([c["result"]["methods"][method]["wall"] for c in cases])
+    fail = np.array([c["result"]["methods"][method]["failure"] for c in cases])
+    cpu = np.array([c["result"]["methods"][method].get("cpu", np.nan) for c in cases])
+    rows = [["P bin", "fits", "median P", "median s", "median cpu s", "failures"]]
+    for lo, hi in zip(P_BINS[:-1], P_BINS[1:]):
+        sel = (P >= lo) & (P < hi)
+        if sel.any():
+            label = f"{lo}-{hi - 1}" if hi < 10 ** 9 else f">={lo}"
+            rows.append([label, int(sel.sum()), float(np.median(P[sel])),
+                         round(float(np.median(wall[sel])), 3),
+                         round(float(np.median(cpu[sel])), 3), int(fail[sel].sum())])
+    fit = {"table": rows, "exponent": None, "intercept": None, "exponent_by_n": {},
+           "exponent_cpu": None}
+    ok = wall > 0
+    if len(set(P[ok])) >= 2:
+        b, a = np.polyfit(np.log(P[ok]), np.log(wall[ok]), 1)
+        fit["exponent"], fit["intercept"] = float(b), float(a)
+        okc = ok & (cpu > 0)
+        if len(set(P[okc])) >= 2:
+            fit["exponent_cpu"] = float(np.polyfit(np.log(P[okc]), np.log(cpu[okc]), 1)[0])
+    for n in sorted({c["n"] for c in cases}):
+        sel = ok & np.array([c["n"] == n for c in cases])
+        if len(set(P[sel])) >= 2:
+            fit["exponent_by_n"][str(n)] = float(np.polyfit(np.log(P[sel]), np.log(wall[sel]),
+                                                             1)[0])
+    rep["wall_vs_P"] = fit
+    fails = [c["result"]["methods"][method] for c in cases if c["result"]["methods"][method][
+        "failure"]]
+    rep["failures_with_agreement"] = {
+        "failures": len(fails),
+        "agreeing_ge2": sum((r["n_starts_agreeing"] or 0) >= 2 for r in fails),
+        "agreeing_ge3": sum((r["n_starts_agreeing"] or 0) >= 3 for r in fails),
+        # agreement between independent rounds (records of the search that counts it)
+        "rounds_agreeing_ge2": sum((r.get("n_rounds_agreeing") or 0) >= 2 for r in fails),
+    }
+    return rep
+
+
+def print_wide_report(rep, format_table):
+    if not rep.get("fits"):
+        print("no fits")
+        return
+    for name, title in [("groups", "per (gate, activation)"), ("HN", "per (H, N)"),
+                        ("K", "per K"), ("n", "per n")]:
+        print(f"\n{rep['method']}, {title}:")
+        print(format_table(rep[name][0], rep[name][1:]))
+    w = rep["wall_vs_P"]
+    print("\nwall per fit against P (free parameters):")
+    print(format_table(w["table"][0], w["table"][1:]))
+    if w["exponent"] is not None:
+        by_n = ", ".join(f"n={k}: {v:.2f}" for k, v in w["exponent_by_n"].items())
+        print(f"log-log fit over all fits: wall ~ P^{w['exponent']:.2f}"
+              + (f" (per n: {by_n})" if by_n else "")
+              + (f"; CPU time ~ P^{w['exponent_cpu']:.2f}" if w["exponent_cpu"] else ""))
+    o, fa = rep["overall"], rep["failures_with_agreement"]
+    print(f"\noverall: {o['failures']}/{o['fits']} certified failures, rate {o['rate %']}%, "
+          f"95% upper bound {o['95% ub %']}%, median {o['median s']} s per fit")
+    print(f"failures with agreement: {fa['agreeing_ge2']} of {fa['failures']} with >= 2 starts "
+          f"agreeing, {fa['agreeing_ge3']} with >= 3; "
+          f"{fa.get('rounds_agreeing_ge2', 0)} with >= 2 rounds agreeing")
+
+
+WIDE_META_KEYS = ("benchmark", "suite", "n", "methods", "noise", "cert_tol", "K_true", "gates",
+                  "gate_acts", "fits_per_group", "first_seed", "heads", "tokens", "features",
+                  "scale_range", "plan_size")
+
+
+def _wide_meta(args, n_values, gates, methods, plan_size):
+    """The settings of a wide-suite file (equal in files that --resume or --merge accept)."""
+    return {"benchmark": "bench_solver", "suite": "wide", "n": n_values, "methods": methods,
+            "noise": args.noise, "cert_tol": args.cert_tol, "K_true": 2, "gates": gates,
+            "gate_acts": args.gate_acts, "fits_per_group": args.fits_per_group,
+            "first_seed": args.first_seed, "heads": args.heads, "tokens": args.tokens,
+            "features": args.features, "scale_range": args.scale_range,
+            "plan_size": plan_size}
+
+
+def _write_json(path, data):
+    with open(path + ".tmp", "w") as fh:
+        json.dump(data, fh, indent=1, default=float)
+    os.replace(path + ".tmp", path)
+
+
+def run_wide(args, n_values, gates, methods):
+    from _common import environment, format_table
+
+    from hmoe_estim import make_hmoe_regression
+    from hmoe_estim.model import n_params
+
+    plan = wide_plan(args, n_values, gates)
+    shard_i, shard_k = parse_shard(args.shard)
+    mine = [it for it in plan if it["index"] % shard_k == shard_i]
+    meta = {**_wide_meta(args, n_values, gates, methods, len(plan)), "shard": args.shard}
+    print(f"bench_solver: suite=wide, {len(mine)} of {len(plan)} fits (shard "
+          f"{shard_i}/{shard_k}) x methods {methods}, threads={args.threads}", flush=True)
+    env = environment()
+    cases, done = [], {}
+    if args.resume and args.json and os.path.exists(args.json):
+        with open(args.json) as fh:
+            old = json.load(fh)
+        if any(old.get(k) != v for k, v in meta.items()):
+            raise SystemExit(f"--resume: {args.json} was written with other settings; "
+                             "drop --resume or write to another file")
+        done = {c["index"]: c for c in old["cases"]}
+        print(f"resuming: {len(done)} cases already in {args.json}", flush=True)
+
+    t_start = time.perf_counter()
+
+    def dump(report=None):
+        if args.json:
+            _write_json(args.json, {**meta, "complete": report is not None, "cases": cases,
+                                    "report": report, "environment": env,
+                                    "total_seconds": time.perf_counter() - t_start})
+
+    for i, it in enumerate(mine):
+        if it["index"] in done:
+            cases.append(done[it["index"]])
+            continue
+        H, N, K, D, n = it["H"], it["N"], it["K"], it["D"], it["n"]
+        G, truth_seed, redraws = draw_truth(it)
+        X, y = make_hmoe_regression(n, measure=G, gate=it["gate"], activation=it["activation"],
+                                    noise=args.noise, random_state=it["data_seed"])
+        res = one_case(X, y, G, (H, N, K, D), it["gate"], it["activation"], methods,
+                       args.noise, args.cert_tol, seed=it["fit_seed"], keep_starts=True)
+        case = {**it, "K_true": 2, "P": n_params(H, N, K, D), "truth_seed": truth_seed,
+                "truth_seed_planned": it["truth_seed"], "truth_redraws": redraws,
+                "shape": f"{H}x{N}x{D}", "result": res}
+        cases.append(case)
+        line = "  ".join(f"{m}: {r['excess_sigma2_over_n']:+9.1f} {r['wall']:6.2f}s "
+                         f"(cpu {r['cpu']:6.2f}s) {r['passes']:5d}p r{r['search_rounds']} "
+                         f"a{r['n_starts_agreeing']}"
+                         f"{' FAIL' if r['failure'] else ''}"
+                         for m, r in res["methods"].items())
+        print(f"[{i + 1}/{len(mine)} #{it['index']} {time.perf_counter() - t_start:6.0f}s] "
+              f"{it['gate']:6s} {it['activation']:7s} K={K} H={H} N={N} D={D} n={n:6d} "
+              f"P={case['P']:3d} s={it['scale']:.2f}{' redraw' if redraws else ''}  {line}",
+              flush=True)
+        dump()
+    cases.sort(key=lambda c: c["index"])
+    rep = wide_report(cases, methods[-1] if "lm" not in methods else "lm")
+    print_wide_report(rep, format_table)
+    print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
+    if args.json:
+        dump(rep)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def merge_wide(args):
+    """Merge the JSON files of ``--shard`` runs into ``--json``; print the report."""
+    from _common import format_table
+
+    metas, cases, complete = [], {}, True
+    for path in args.merge:
+        with open(path) as fh:
+            data = json.load(fh)
+        if data.get("suite") != "wide":
+            raise SystemExit(f"--merge: {path} is not a wide-suite file")
+        metas.append(data)
+        complete &= bool(data.get("complete"))
+        for c in data["cases"]:
+            if c["index"] in cases and cases[c["index"]]["result"] != c["result"]:
+                raise SystemExit(f"--merge: plan item {c['index']} differs between files")
+            cases[c["index"]] = c
+    keys = WIDE_META_KEYS
+    first = {k: metas[0].get(k) for k in keys}
+    for path, m in zip(args.merge[1:], metas[1:]):
+        diff = [k for k in keys if m.get(k) != first[k]]
+        if diff:
+            raise SystemExit(f"--merge: {path} differs from {args.merge[0]} in {diff}")
+    cases = [cases[i] for i in sorted(cases)]
+    covered = [c["index"] for c in cases] == list(range(first["plan_size"]))
+    methods = first["methods"]
+    rep = wide_report(cases, "lm" if "lm" in methods else methods[-1])
+    print(f"merged {len(args.merge)} files: {len(cases)} of {first['plan_size']} plan items"
+          f"{'' if covered else ' (INCOMPLETE)'}")
+    print_wide_report(rep, format_table)
+    if args.json:
+        _write_json(args.json, {**first, "shard": None, "merged_from": list(args.merge),
+                                "complete": complete and covered, "cases": cases,
+                                "report": rep, "environment": metas[0].get("environment"),
+                                "total_seconds": sum(m.get("total_seconds") or 0
+                                                     for m in metas)})
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _case_key(c):
     return (c["gate"], c["activation"], c["K"], c["H"], c["N"], c["D"], c["n"], c["seed"],
             c["truth_seed"], c["data_seed"])
@@ -330,6 +725,10 @@ def main(argv=None):
     methods = [m for m in args.methods.split(",") if m]
     n_values = [int(float(v)) for v in args.n.split(",") if v]
     gates = [g for g in args.gates.split(",") if g]
+    if args.merge:
+        return merge_wide(args)
+    if args.suite == "wide":
+        return run_wide(args, n_values, gates, methods)
     cases = []
     if args.suite == "tanh":
         if "trf" in methods:

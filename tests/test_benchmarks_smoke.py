@@ -136,3 +136,87 @@ def test_bench_solver_design():
     with pytest.raises(SystemExit, match="HxNxD"):
         bs.parse_shapes("1x2")
     assert bs.upper_bound(0, 50) == pytest.approx(1 - 0.05 ** (1 / 50))
+
+
+def test_bench_solver_wide_design():
+    """The wide suite's default plan: 16 groups x 24 fits, balanced factors, fresh truths."""
+    from collections import Counter
+
+    sys.path.insert(0, BENCH)
+    try:
+        import bench_solver as bs
+    finally:
+        sys.path.remove(BENCH)
+    args = bs.parse_args(["--suite", "wide"])
+    assert args.methods == "lm" and args.gates == "none,value,sdpa,output"
+    plan = bs.wide_plan(args, [1000, 10000], args.gates.split(","))
+    assert len(plan) == 384 and [p["index"] for p in plan] == list(range(384))
+    groups = Counter((p["gate"], p["activation"]) for p in plan)
+    assert len(groups) == 16 and set(groups.values()) == {24}
+    assert min(Counter((p["H"], p["N"]) for p in plan).values()) >= 42
+    for factor, levels in (("K", 2), ("n", 2), ("D", 3)):
+        per_group = Counter((p["gate"], p["activation"], p[factor]) for p in plan)
+        assert len(per_group) == 16 * levels and set(per_group.values()) == {24 // levels}
+    # every (H, N) cell meets every D, K and n
+    for factor in ("D", "K", "n"):
+        assert min(Counter((p["H"], p["N"], p[factor]) for p in plan).values()) >= 10
+    # a fresh truth, data set and fit seed per fit; scales cover [1, 3]
+    for key in ("truth_seed", "data_seed", "fit_seed"):
+        assert len({p[key] for p in plan}) == 384
+    scales = [p["scale"] for p in plan]
+    assert 1.0 <= min(scales) < 1.1 and 2.9 < max(scales) <= 3.0
+    # interleaved: every prefix of whole rounds is balanced; the 2 shards split every group
+    assert set(Counter((p["gate"], p["activation"]) for p in plan[:16]).values()) == {1}
+    shards = Counter((p["gate"], p["activation"], p["index"] % 2) for p in plan)
+    assert set(shards.values()) == {12}
+    other = bs.wide_plan(bs.parse_args(["--suite", "wide", "--first-seed", "1"]),
+                         [1000, 10000], args.gates.split(","))
+    assert not {p["truth_seed"] for p in plan} & {p["truth_seed"] for p in other}
+
+
+def test_bench_solver_wide_shards_merge(tmp_path):
+    """A tiny wide plan: the report keys, and 2 shards + --merge reproduce the whole plan."""
+    import json
+
+    tiny = ["--suite", "wide", "--fits-per-group", "2", "--gate-acts",
+            "value:sigmoid,sdpa:tanh", "--heads", "1", "--tokens", "2", "--features", "2,3",
+            "--n", "300", "--threads", "1"]
+    script = os.path.join(BENCH, "bench_solver.py")
+
+    def run(*extra):
+        res = subprocess.run([sys.executable, script, *tiny, *extra], capture_output=True,
+                             text=True, timeout=300, cwd=ROOT)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return res.stdout
+
+    whole, a, b, merged = (tmp_path / f"{name}.json" for name in ("whole", "a", "b", "m"))
+    out = run("--json", str(whole))
+    assert "per (H, N)" in out and "failures with agreement" in out and "P^" in out, out
+    run("--shard", "0/2", "--json", str(a))
+    run("--shard", "1/2", "--json", str(b))
+    out = run("--merge", str(a), str(b), "--json", str(merged))
+    assert "4 of 4 plan items" in out, out
+    full, both = json.loads(whole.read_text()), json.loads(merged.read_text())
+    assert full["complete"] and both["complete"] and len(full["cases"]) == 4
+    rep = full["report"]
+    for key in ("groups", "HN", "K", "overall", "wall_vs_P", "failures_with_agreement"):
+        assert key in rep, key
+    assert rep["overall"]["fits"] == 4 and set(rep["failures_with_agreement"]) == {
+        "failures", "agreeing_ge2", "agreeing_ge3", "rounds_agreeing_ge2"}
+    case = full["cases"][0]
+    for key in ("P", "scale", "truth_seed", "data_seed", "fit_seed"):
+        assert key in case, key
+    assert "n_rounds_agreeing" in case["result"]["methods"]["lm"]
+    lm = case["result"]["methods"]["lm"]
+    assert lm["search_rounds"] >= 1 and len(lm["start_objectives"]) >= 1
+    # the shards' fits are those of the unsharded run, bit for bit
+    assert [c["index"] for c in both["cases"]] == [0, 1, 2, 3]
+    strip = ("wall", "cpu")
+    for c1, c2 in zip(full["cases"], both["cases"]):
+        r1, r2 = c1["result"]["methods"]["lm"], c2["result"]["methods"]["lm"]
+        assert {k: v for k, v in r1.items() if k not in strip} == \
+            {k: v for k, v in r2.items() if k not in strip}
+        assert {k: v for k, v in c1.items() if k != "result"} == \
+            {k: v for k, v in c2.items() if k != "result"}
+    assert both["report"]["groups"][1:] != [] and [r[:4] for r in both["report"]["groups"]] == \
+        [r[:4] for r in rep["groups"]]
