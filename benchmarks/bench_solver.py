@@ -22,7 +22,7 @@ the defaults each (gate, activation, K) group has 12 × 2 × 2 + 2 = 50 fits, 90
 numbers the seeds from ``S``: a run with ``--first-seed 2`` fits two new truths per shape and
 ``n`` (and at the large ``n``), so that with a default run it makes 100 fits per group, the
 design of ``benchmarks/results/solver_suite.json``. ``--shapes small``
-is the earlier, narrower design of ``solver.json`` (``H = 1``, ``N = 2``, ``D = 2 + seed mod
+is an earlier, narrower design (``H = 1``, ``N = 2``, ``D = 2 + seed mod
 2``, one truth per seed for every ``n``, no large ``n``); ``--shapes`` also takes a list such
 as ``1x2x2,2x3x4`` (``HxNxD``).
 
@@ -338,7 +338,7 @@ def truths_plan(args, n_values, gates):
                                                   [1000], range(1), [(1, 2, 2)], [])
     plan = []
     if args.shapes == "small" and not args.quick:
-        # the earlier, narrower design (solver.json, solver_lm_12seeds.json): H = 1, N = 2,
+        # the earlier, narrower design: H = 1, N = 2,
         # D = 2 + seed mod 2, one truth per seed for every n and group, no large n
         for n in n_values:
             for gate, act in groups:
