@@ -17,9 +17,10 @@ PACKAGE = "hmoe_estim"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
 #: The top-level private helpers every layer may import: plain Python (names and codes of the
-#: gates and activations, argument checks, default settings), no NumPy object of the package.
+#: gates and activations, argument checks, default settings, lazy names), no NumPy object of
+#: the package.
 #: They are one unit, layer 0, and import nothing else of the package.
-BASE = ("_names", "_validation", "_defaults")
+BASE = ("_names", "_validation", "_defaults", "_lazy")
 
 #: Layer of each unit, lowest first. A module imports from its own unit and from units of a
 #: strictly lower layer only, so two units of one layer may not import each other. The order

@@ -16,7 +16,7 @@ The other subpackages import these names from here; each is loaded on first use 
 so that importing one kernel does not compile or load the others.
 """
 
-import importlib
+from .._lazy import attach
 
 #: public name -> module of this package that defines it
 _LAZY = {
@@ -40,16 +40,4 @@ _LAZY = {
     "collector_paused": "target",
 }
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return [*__all__, "__all__"]
+__getattr__, __dir__, __all__ = attach(__name__, _LAZY)

@@ -13,7 +13,7 @@ One shape for a fit (documentation: the solver page):
 Names are loaded on first use (PEP 562): ``count_agreeing`` needs NumPy only.
 """
 
-import importlib
+from .._lazy import attach
 
 #: public name -> module of this package that defines it
 _LAZY = {
@@ -38,16 +38,4 @@ _LAZY = {
     "levenberg_marquardt": "_lm",
 }
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return [*__all__, "__all__"]
+__getattr__, __dir__, __all__ = attach(__name__, _LAZY)
