@@ -229,16 +229,22 @@ def _assert_auto_is(X, y, kw, search_kw, name, expected, other):
 
 def test_race_schedule():
     # (race_iter, race_samples) of "auto": the long race of several gated heads on 1024
-    # samples; otherwise 10 iterations on 4096 samples, 1024 for the linear gates
+    # samples; 30 on 4096 for one tanh-gated head; otherwise 10 iterations on 4096 samples,
+    # 1024 for MHA (the output gate's φ ranks its optima on 4096)
     for gate, heads in [("value", 2), ("sdpa", 3)]:
         s = schedule_of(gate, heads)
         assert (s.race_iter, s.race_samples) == (30, 1024)
     for gate, heads in [("value", 1), ("sdpa", 1)]:
         s = schedule_of(gate, heads)
         assert (s.race_iter, s.race_samples) == (10, 4096)
-    for gate, heads in [("none", 2), ("output", 2), ("none", 1)]:
+        s = schedule_of(gate, heads, "tanh")
+        assert (s.race_iter, s.race_samples) == (30, 4096)
+    for gate, heads in [("none", 2), ("none", 1)]:
         s = schedule_of(gate, heads)
         assert (s.race_iter, s.race_samples) == (10, 1024)
+    for heads in (1, 2):
+        s = schedule_of("output", heads)
+        assert (s.race_iter, s.race_samples) == (10, 4096)
     # an explicit race_iter runs on the default subsample of the gate
     s = schedule_of("value", 2, race_iter=10)
     assert (s.race_iter, s.race_samples) == (10, 4096)

@@ -134,7 +134,7 @@ def test_race_carries_the_intercept_through_the_sign_fold():
     assert folded[-1] == 5.0 and folded[0] == 1.0
 
 
-@pytest.mark.parametrize("gate,samples", [("none", 1024), ("output", 1024), ("value", 4096)])
+@pytest.mark.parametrize("gate,samples", [("none", 1024), ("output", 4096), ("value", 4096)])
 def test_race_subsample_per_gate(gate, samples, monkeypatch):
     import hmoe_estim.solvers._local as local
 

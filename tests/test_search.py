@@ -504,3 +504,18 @@ def test_resume_continues_a_start_and_counts_as_asked(local, intercept):
     # the local solver's max_iter is the default of solve()
     full = local.solve(problem, [draw()])[0]
     assert full.n_iter <= local.max_iter
+
+
+def test_rounds_race_on_their_own_samples():
+    # round 0 races on the evenly spaced grid; later rounds on a draw of their own, the same
+    # draw for the same round (reproducible), so that rounds are independent draws
+    X, y = make_hmoe_regression(5000, n_features=2, gate="value", noise=0.05, random_state=0)
+    problem = make_problem(X, y, (1, 2, 1, 2), "value")
+    grid = problem.subsample(1024)
+    np.testing.assert_array_equal(
+        grid.y, problem.y[np.linspace(0, 4999, 1024).round().astype(int)])
+    one, again, two = (problem.subsample(1024, part=p) for p in (1, 1, 2))
+    assert one.n_samples == two.n_samples == 1024
+    np.testing.assert_array_equal(one.XT, again.XT)
+    assert not np.array_equal(one.y, grid.y) and not np.array_equal(one.y, two.y)
+    assert problem.subsample(8000, part=3) is problem  # fewer samples than asked: all

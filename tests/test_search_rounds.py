@@ -156,11 +156,15 @@ def test_search_rounds_schedule():
             assert schedule_of(gate, heads, "tanh").rounds == 6
             for act in ("sigmoid", "gelu", "silu"):
                 assert schedule_of(gate, heads, act).rounds == (6 if heads > 1 else 1)
+                # more tokens, more ways to assign experts to gate regions: several rounds
+                for tokens in (3, 4):
+                    assert schedule_of(gate, heads, act, n_tokens=tokens).rounds == 6
             # L-BFGS-B: one round
             assert schedule_of(gate, heads, "tanh", local="lbfgs").rounds == 1
     for gate in ("none", "output"):
         for act in ("sigmoid", "tanh"):
             assert schedule_of(gate, 2, act).rounds == 1
+            assert schedule_of(gate, 1, act, n_tokens=4).rounds == 1
     assert schedule_of("value", 2, rounds=3).rounds == 3
     with pytest.raises(ValueError, match="gate"):
         schedule_of("bogus", 2, "tanh")

@@ -25,6 +25,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from .._validation import check_count
+from ..kernels import single_thread_blas
 
 __all__ = ["Move", "HeadRestarts", "ExpertReassignment", "SoftModes"]
 
@@ -164,7 +165,10 @@ class SoftModes(Move):
             raise FloatingPointError("JᵀJ is not finite at the incumbent")
         d = np.sqrt(np.diag(JtJ))
         d = np.where(d > 0, d, 1.0)
-        _, V = np.linalg.eigh(JtJ / np.outer(d, d))
+        # LAPACK on one thread: with several, the eigenvectors change in their last bits with
+        # the BLAS thread count, and so would the candidates and the fit
+        with single_thread_blas():
+            _, V = np.linalg.eigh(JtJ / np.outer(d, d))
         out = []
         for j in range(min(self.n_modes, P)):
             u = V[:, j] / d

@@ -80,12 +80,17 @@ class Problem:
         new.__dict__.update(changes)
         return new
 
-    def subsample(self, m):
-        """The problem on at most ``m`` evenly spaced samples (sorted data stay covered)."""
+    def subsample(self, m, part=0):
+        """The problem on at most ``m`` samples: evenly spaced for ``part`` 0 (sorted data stay
+        covered), a random draw seeded by ``part`` otherwise (so that the rounds of a search
+        race on different samples, reproducibly)."""
         n = self.n_samples
         if n <= m:
             return self
-        idx = np.linspace(0, n - 1, m).round().astype(np.int64)
+        if part:
+            idx = np.sort(np.random.default_rng(int(part)).choice(n, m, replace=False))
+        else:
+            idx = np.linspace(0, n - 1, m).round().astype(np.int64)
         return self._copy(XT=np.ascontiguousarray(self.XT[:, idx]),
                           y=np.ascontiguousarray(self.y[idx]))
 

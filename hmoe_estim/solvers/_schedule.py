@@ -62,9 +62,12 @@ def resolve(search, problem, local):
                    matrices', one set per head)
     race_iter      10; value/SDPA gates with ``H > 1`` or with tanh: 30 (their candidates
                    sort slowly)
-    race_samples   4096; linear gates: 1024 (nearly converged after the race); value/SDPA
-                   with ``H > 1``: 1024 (three times the iterations in the same work)
-    rounds         value/SDPA gates with tanh, or with ``H > 1``: 6; otherwise 1
+    race_samples   4096; MHA: 1024 (its candidates have nearly converged after the race);
+                   value/SDPA with ``H > 1``: 1024 (three times the iterations in the same
+                   work); each round races on its own grid of samples
+    rounds         value/SDPA gates with tanh, with ``H > 1`` or with ``N >= 3``: 6 (a round
+                   is an independent draw of the basin; more tokens, more ways to assign
+                   experts to gate regions); otherwise 1
     agree          2 independent rounds (the starts of one race can all fall in one wrong
                    basin: agreement counts between independent races only)
     moves          ``H > 1``: head restarts (32 per head); value/SDPA with tanh and
@@ -96,11 +99,11 @@ def resolve(search, problem, local):
         if several and gated and _auto(search.race_iter):
             race_samples = 1024
         else:
-            race_samples = 1024 if problem.linear else 4096
+            race_samples = 1024 if gate == "none" else 4096
     else:
         race_samples = int(search.race_samples)
     if _auto(search.rounds):
-        rounds = 6 if lm and (signed_gated or (gated and several)) else 1
+        rounds = 6 if lm and gated and (signed_gated or several or N >= 3) else 1
     else:
         rounds = int(search.rounds)
     if _auto(search.agree):

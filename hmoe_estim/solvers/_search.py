@@ -17,10 +17,11 @@ it with no oracle (nothing about the truth), only the data and random starts:
   ``1 · σ̂²/n``, for up to ``move_rounds`` rounds per move while it improves. The restart moves
   (a head redrawn) alternate with the local ones (experts reassigned, soft modes) while
   either improves.
-- **Rounds**: race and moves again from fresh candidates, until the best objective has been
-  reached by ``agree`` rounds (within ``1 · σ̂²/n``), or ``rounds`` rounds; the best start of
-  all rounds is kept. Agreement is counted between rounds, which are independent races, and
-  not between the starts of one race: those can all come from one basin.
+- **Rounds**: race and moves again from fresh candidates, each round's race on its own
+  samples, until the best objective has been reached by ``agree`` rounds (within
+  ``1 · σ̂²/n``), or ``rounds`` rounds; the best start of all rounds is kept. Agreement is
+  counted between rounds, which are independent races, and not between the starts of one
+  race: those can all come from one basin.
 
 Every ``"auto"`` is resolved by :func:`hmoe_estim.solvers._schedule.resolve`, from one table.
 """
@@ -198,6 +199,7 @@ class _Run:
         self.passes = 0.0
         self.dropped = {}
         self.cut = False  # the budget left out a round or a move
+        self.round = 0
 
     def over_budget(self):
         """Whether the time budget is spent (noted: the search then says it was cut)."""
@@ -229,7 +231,8 @@ class _Run:
             results = local.solve(problem, starts, **kw)
             self.passes += sum(r.n_passes for r in results)
             return results
-        sub = problem.subsample(s.race_samples)
+        # each round races on its own samples, so that rounds are independent draws
+        sub = problem.subsample(s.race_samples, part=self.round)
         # successive halving: every candidate runs r1 iterations, the best 1/race_fraction
         # of them the rest (one round when that would keep too few)
         r1 = race_iter // 2
@@ -317,6 +320,7 @@ class _Run:
         n = self.problem.n_samples
         r = 0
         for r in range(s.rounds):
+            self.round = r
             if r > 0:  # a fresh search: new candidates, raced, then the moves
                 starts = [draw() for _ in range(s.n_candidates)]
             found = list(self.race(starts, s.n_starts))
