@@ -15,6 +15,7 @@ from ._identifiability import (
     regression_jacobian,
     verdict_label,
 )
+from ._pipeline import fitted_measure, pipeline_scale
 from ._scorers import (
     MetricScorer,
     make_expert_error_scorer,
@@ -35,6 +36,8 @@ __all__ = [
     "make_expert_error_scorer",
     "make_regression_error_scorer",
     "MetricScorer",
+    "fitted_measure",
+    "pipeline_scale",
     "identifiability_report",
     "IdentifiabilityReport",
     "Symmetry",

@@ -9,18 +9,20 @@ Each ``make_*_scorer(true_measure, **kw)`` returns a picklable callable
 The scorer compares the fitted ``estimator.measure_`` with ``true_measure`` under the
 estimator's own ``gate`` and ``activation``; ``X`` and ``y`` are not used (the metrics are
 properties of the parameters, estimated on a fixed reference sample, not of the test split).
-When ``estimator`` is a :class:`~sklearn.pipeline.Pipeline`, its last step is scored; its
-``measure_`` lives in the coordinates that step sees, so a transformer that rescales ``X``
-makes the comparison with a raw-coordinate ``true_measure`` meaningless.
+When ``estimator`` is a :class:`~sklearn.pipeline.Pipeline`, its last step's ``measure_``
+lives in the coordinates that step sees; it is mapped back to raw coordinates where that is
+exact (per-feature scalings ``x' = s ⊙ x``: ``M = S M' S``, ``a = S a'``; see
+:func:`hmoe_estim.metrics.fitted_measure`), and any other step (centring, PCA, a non-linear or
+unknown transformer) is refused with a ``ValueError`` naming it, never scored silently.
 """
 
 import importlib
 import inspect
 
 import numpy as np
-from sklearn.exceptions import NotFittedError
 
 from ..model import MixingMeasure
+from ._pipeline import fitted_model
 
 __all__ = [
     "make_voronoi_scorer",
@@ -36,15 +38,6 @@ def _metric_function(name):
     """The metric function ``hmoe_estim.<name>`` (resolved lazily, at call time)."""
     return getattr(importlib.import_module(__package__), name)
 _RESERVED = ("gate", "activation", "return_details", "per_expert")
-
-
-def _final_step(estimator):
-    """The last step of a Pipeline (recursively), else the estimator itself."""
-    while hasattr(estimator, "steps") and isinstance(getattr(estimator, "steps"), list):
-        if not estimator.steps:
-            break
-        estimator = estimator.steps[-1][1]
-    return estimator
 
 
 class MetricScorer:
@@ -91,23 +84,7 @@ class MetricScorer:
         self.kwargs = dict(kwargs)
 
     def __call__(self, estimator, X=None, y=None, **fit_params):
-        est = _final_step(estimator)
-        if not (hasattr(est, "gate") and hasattr(est, "activation")):
-            raise ValueError(
-                f"the {self.metric} scorer needs an HMoERegressor (or a Pipeline ending in one); "
-                f"got {type(est).__name__}, which has no gate/activation or fitted measure_."
-            )
-        measure = getattr(est, "measure_", None)
-        if measure is None:
-            raise NotFittedError(
-                f"This {type(est).__name__} instance is not fitted yet (no measure_): call "
-                f"fit(X, y) before scoring it with the {self.metric} scorer."
-            )
-        if not isinstance(measure, MixingMeasure):
-            raise ValueError(
-                f"{type(est).__name__}.measure_ must be a MixingMeasure; got "
-                f"{type(measure).__name__}."
-            )
+        measure, est = fitted_model(estimator, what=f"{self.metric} scorer")
         D = self.true_measure.n_features
         if measure.n_features != D:
             raise ValueError(

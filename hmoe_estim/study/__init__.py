@@ -5,7 +5,8 @@ A study (:class:`StudyConfig`) is the list of fits ``(model, n, rep)`` for every
 size of the grid and replication; :func:`run_study` runs the ones not yet in ``OUT``, writing
 each to ``OUT/results.jsonl`` as it finishes. Modules: ``_config`` (TOML, validation, presets),
 ``_seeds`` (one seed per fit), ``_plan`` (truth, reference sample, fits to run), ``_fit`` (one
-fit and its record), ``_results`` (the crash-safe JSON-lines store), ``_store`` (the output
+fit and its record), ``_results`` (the crash-safe JSON-lines store), ``_frames`` (a study
+folder as pandas DataFrames), ``_store`` (the output
 folder and its lock), ``_runner`` (the run loop), ``_diagnostics``, ``_rates``, ``_plotting``,
 ``_verdicts`` (the identifiability verdict of each model and the reading of its rates),
 ``_progress``, ``_dask`` and ``_cli``.
@@ -30,6 +31,7 @@ from ._config import (
 from ._dask import dask_backend
 from ._diagnostics import fit_diagnostics, format_diagnostics, sort_records, write_rates
 from ._fit import run_fit
+from ._frames import StudyFrames, study_dataframes
 from ._plan import near_truth_starts, plan_fits, reference_sample_for, true_measure
 from ._plotting import METRIC_TITLES, PLOT_METRICS, PlottingError, plot_learning_curves
 from ._progress import ProgressBar, format_duration
@@ -78,6 +80,7 @@ __all__ = [
     "prepare_out", "load_study", "CONFIG_FILE", "TRUTH_FILE", "RATES_FILE", "RUNS_FILE",
     "RESULTS_FILE", "REQUIRED_KEYS", "ResultsError", "ResultsWriter", "read_results",
     "set_aside_partial", "record_key", "deduplicate", "json_safe",
+    "study_dataframes", "StudyFrames",
     # what a study says
     "certificate_summary", "certified_records", "format_certificate",
     "fit_diagnostics", "format_diagnostics", "sort_records", "write_rates",

@@ -114,6 +114,7 @@ def _read_json(path, what):
 _FIXES = {
     "config.json": "it is not a study's config. Use another --out.",
     "truth.json": "delete it (it is rewritten from config.json) or use another --out.",
+    "rates.json": "rewrite it with `hmoe-estim rates OUT` (hmoe_estim.study.write_rates).",
 }
 
 
