@@ -16,6 +16,8 @@ from hmoe_estim.metrics import (
     expert_error,
     identifiability_report,
     measure_atoms,
+    measure_verdict_label,
+    verdict_label,
     voronoi_cells,
     voronoi_loss,
 )
@@ -417,6 +419,11 @@ def test_identifiability_at_the_measure_level(act, verdict):
     assert d["level"] == "measure" and d["quotient_jacobian"]["null_dimension"] == 0
     assert [o["name"] for o in d["quotiented"]] == [o.name for o in measure.quotiented]
     assert "measure level" in measure.summary()
+    label = measure_verdict_label(d)
+    assert label == "measure level: " + verdict_label(d)
+    assert verdict_label(channel.to_dict()).startswith("not identifiable (")
+    with pytest.raises(ValueError, match="channel level"):
+        measure_verdict_label(channel.to_dict())
 
 
 def test_channel_level_report_is_unchanged_by_default():

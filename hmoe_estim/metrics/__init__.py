@@ -21,6 +21,8 @@ from ._identifiability import (
     Obstruction,
     Symmetry,
     identifiability_report,
+    measure_verdict_label,
+    quotient_jacobian,
     regression_jacobian,
     verdict_label,
 )
@@ -63,4 +65,6 @@ __all__ = [
     "AtomCells",
     "MeasureVoronoiDetails",
     "measure_atoms",
+    "measure_verdict_label",
+    "quotient_jacobian",
 ]

@@ -76,6 +76,9 @@ __all__ = [
     "identifiability_report",
     "regression_jacobian",
     "verdict_label",
+    "measure_verdict_label",
+    "quotient_jacobian",
+    "QUOTIENTED",
 ]
 
 #: ``φ(0)`` of each activation: ``φ(0) = 0`` makes zero experts contribute nothing.
@@ -896,3 +899,22 @@ def verdict_label(record):
     if v == "identifiable":
         return "identifiable"
     return "identifiability unknown"
+
+
+def measure_verdict_label(record):
+    """Short text of a measure-level verdict record (``identifiability_report(...,
+    level="measure").to_dict()``): ``"measure level: identifiable"``, ``"measure level:
+    identifiability unknown"`` or ``"measure level: not identifiable (...)"``.
+
+    Raises
+    ------
+    ValueError
+        A record of the channel level (or written before levels existed): use
+        :func:`verdict_label`.
+    """
+    level = record.get("level", "channel")
+    if level != "measure":
+        raise ValueError(f"the record is of the {level} level; measure_verdict_label reads "
+                         "records of identifiability_report(..., level='measure'); use "
+                         "verdict_label for the channel level.")
+    return "measure level: " + verdict_label(record)
