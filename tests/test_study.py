@@ -185,6 +185,51 @@ def test_rates_json_structure(done_study):
     assert rates["none"]["regression_error"]["slope"] == slope
 
 
+def test_both_readings_in_records_rates_and_verdicts(done_study, tmp_path):
+    """G2 fits carry the measure-level metrics (the functions on the stored measure), rates.json
+    gives them a rate and a reading under the measure-level verdict; other gates have none.
+    Records written before the fields existed get them recomputed from their measures."""
+    import shutil
+
+    from hmoe_estim.metrics import expert_error, voronoi_loss
+    from hmoe_estim.model import MixingMeasure
+    from hmoe_estim.study import format_rates_table, reference_sample_for
+
+    cfg, out, _ = done_study
+    records = read_results(out / "results.jsonl")[0]
+    truth, X = true_measure(cfg), reference_sample_for(cfg)
+    for rec in records:
+        has = "voronoi_loss_measure" in rec and "expert_error_measure" in rec
+        assert has == (rec["gate"] == "value")
+        if has:
+            G = MixingMeasure.from_dict(rec["measure"])
+            kw = dict(gate="value", activation=rec["activation"], X_ref=X, level="measure")
+            assert rec["voronoi_loss_measure"] == pytest.approx(
+                voronoi_loss(G, truth, **kw), rel=1e-12)
+            assert rec["expert_error_measure"] == pytest.approx(
+                expert_error(G, truth, **kw), rel=1e-12)
+    rates = write_rates(str(out), n_boot=50)
+    assert "voronoi_loss_measure" not in rates["none"]
+    for metric in ("voronoi_loss_measure", "expert_error_measure"):
+        assert "slope" in rates["value"][metric] and "reading" in rates["value"][metric]
+    level = rates["value"]["identifiability"]["measure_level"]
+    assert level["level"] == "measure" and level["label"].startswith("measure level: ")
+    assert "identifiability, measure level: " in format_rates_table(rates)
+    # an old folder: the fields removed from every record are recomputed on `rates`
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    (old / "rates.json").unlink()
+    lines = [json.loads(line) for line in (old / "results.jsonl").read_text().splitlines()]
+    with open(old / "results.jsonl", "w") as fh:
+        for rec in lines:
+            rec.pop("voronoi_loss_measure", None)
+            rec.pop("expert_error_measure", None)
+            fh.write(json.dumps(rec) + "\n")
+    again = write_rates(str(old), n_boot=50)
+    for metric in ("voronoi_loss_measure", "expert_error_measure"):
+        assert again["value"][metric]["slope"] == rates["value"][metric]["slope"]
+
+
 def test_out_is_a_file(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")

@@ -121,6 +121,10 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
     records = sort_records(config, records)
     if not records:
         raise StudyError(f"{out} has no finished fits yet; run the study first.")
+    # records written before the measure-level reading get it from their stored measures
+    from ._fit import with_measure_level
+
+    records = with_measure_level(config, records)
     summary = certificate_summary(records)
     # found twice: the hint a user without a truth also has, over all of the model's fits
     twice = {model: _found_twice(recs) for model, recs in _by_model(records).items()}

@@ -6,7 +6,10 @@ only with ``fit.init = "near-truth"``, an oracle recorded as such; optionally a 
 from a ``K-1`` fit) and records the metrics of the theory against ``G*`` on the fixed
 reference sample (see :doc:`/theory`): the Voronoi loss with its parts and the extra atoms'
 weights, the expert error (three weightings), the regression error, and the certificate
-``worse_than_truth`` (the fit's objective above the truth's own on the same data).
+``worse_than_truth`` (the fit's objective above the truth's own on the same data). Where the
+measure determines ``f`` (the value gate G2), the Voronoi loss and the expert error are also
+read at the measure level (``*_measure``; :doc:`/user_guide/metrics`, "Channel and measure
+readings").
 """
 
 import socket
@@ -16,10 +19,49 @@ import warnings
 
 import numpy as np
 
-from ._plan import near_truth_starts, reference_sample_for
+from ._plan import near_truth_starts, reference_sample_for, true_measure
 from ._seeds import _child_seeds
 
-__all__ = ["run_fit"]
+__all__ = ["run_fit", "measure_level_metrics", "with_measure_level"]
+
+#: The record fields of the measure-level reading (gates where the measure determines f).
+MEASURE_FIELDS = ("voronoi_loss_measure", "expert_error_measure")
+
+
+def measure_level_metrics(G, truth, *, gate, activation, X_ref, r):
+    """The measure-level Voronoi loss and expert error of the fitted ``G`` (record fields
+    :data:`MEASURE_FIELDS`); ``{}`` for a gate whose ``f`` the measure does not determine."""
+    from ..metrics import MEASURE_GATES, expert_error, voronoi_loss
+
+    if gate not in MEASURE_GATES:
+        return {}
+    kw = dict(gate=gate, activation=activation, X_ref=X_ref, level="measure")
+    return {
+        "voronoi_loss_measure": float(voronoi_loss(G, truth, r=r, **kw)),
+        "expert_error_measure": float(expert_error(G, truth, weighting="heaviest", **kw)),
+    }
+
+
+def with_measure_level(config, records):
+    """``records`` with the measure-level fields of the gates that have them, recomputed from
+    each record's stored measure where a record was written before they existed (no refit;
+    the records themselves are not changed: such a record is replaced by a copy)."""
+    from ..metrics import MEASURE_GATES
+    from ..model import MixingMeasure
+
+    def stale(rec):
+        return (rec.get("gate") in MEASURE_GATES and rec.get("measure") is not None
+                and any(f not in rec for f in MEASURE_FIELDS))
+
+    if not any(stale(rec) for rec in records):
+        return records
+    truth, X_ref, r = true_measure(config), reference_sample_for(config), config.metrics.r or None
+    return [
+        {**rec, **measure_level_metrics(MixingMeasure.from_dict(rec["measure"]), truth,
+                                        gate=rec["gate"], activation=rec["activation"],
+                                        X_ref=X_ref, r=r)} if stale(rec) else rec
+        for rec in records
+    ]
 
 
 def _fit_one(config, truth, model, n, rep, seed):
@@ -98,6 +140,7 @@ def _fit_one(config, truth, model, n, rep, seed):
         "expert_error_weighted": expert_error(G, truth, weighting="weighted", **kw),
         "expert_error_max": expert_error(G, truth, weighting="max", **kw),
         "regression_error": regression_error(G, truth, **kw),
+        **measure_level_metrics(G, truth, r=r, **kw),
         "fit_seconds": fit_seconds,
         "converged": bool(est.converged_),
         "search_rounds": int(est.search_rounds_),

@@ -32,6 +32,8 @@ METRIC_TITLES = {
     "expert_error_max": "expert error (worst atom)",
     "regression_error": "regression error $\\|f_{\\hat G}-f_{G^*}\\|_{L^2}$",
     "voronoi_weight": "$L_2$: weight part",
+    "voronoi_loss_measure": "Voronoi loss $L_2$, measure level",
+    "expert_error_measure": "expert error, measure level",
 }
 
 

@@ -43,7 +43,7 @@ MODEL_KEYS = ("certificate", "identifiability")
 #: Metrics of a study record for which rates are fitted by default.
 RATE_METRICS = (
     "voronoi_loss", "voronoi_exact", "voronoi_over", "extra_weight", "expert_error",
-    "regression_error",
+    "regression_error", "voronoi_loss_measure", "expert_error_measure",
 )
 
 #: The stated criterion for ``better_law``.
@@ -306,7 +306,9 @@ def rates_from_records(records, *, metrics=RATE_METRICS, eps=None, n_boot=2000, 
     ----------
     records : iterable of dict
         Study results (``results.jsonl`` lines): each has ``model``, ``n`` and the metrics.
-        Records whose metric is missing, None or not finite are skipped (and counted). The
+        Records whose metric is missing, None or not finite are skipped (and counted); a
+        metric that none of a model's records has (a measure-level reading of a gate that
+        has none) is left out of that model. The
         bootstrap depends on the order of the replications inside each ``n``: pass the records
         in a canonical order (:func:`hmoe_estim.study.sort_records`) for results that do not
         depend on the order in which fits finished.
@@ -329,6 +331,8 @@ def rates_from_records(records, *, metrics=RATE_METRICS, eps=None, n_boot=2000, 
     for model, recs in by_model.items():
         out[model] = {}
         for metric in metrics:
+            if not any(metric in r for r in recs):
+                continue
             pairs = [
                 (r["n"], r[metric])
                 for r in recs
@@ -386,5 +390,8 @@ def format_rates_table(rates, *, labels=None):
                 + ("" if r.get("reading", "rate") == "rate" else f"  <- {r['reading']}")
             )
         if "identifiability" in per:  # hmoe_estim.study.annotate_rates
-            lines.append(f"{name:<12} identifiability: {per['identifiability']['label']}")
+            ident = per["identifiability"]
+            lines.append(f"{name:<12} identifiability: {ident['label']}")
+            if "measure_level" in ident:
+                lines.append(f"{name:<12} identifiability, {ident['measure_level']['label']}")
     return "\n".join(lines)

@@ -13,6 +13,8 @@ __all__ = ["study_verdicts", "annotate_rates"]
 #: Metrics of a study whose slopes are parameter rates only for an identifiable model.
 PARAMETER_METRICS = ("voronoi_loss", "voronoi_exact", "voronoi_over", "extra_weight",
                      "expert_error")
+#: The same at the measure level: read with the measure-level verdict.
+MEASURE_METRICS = ("voronoi_loss_measure", "expert_error_measure")
 
 
 def study_verdicts(config, truth=None):
@@ -29,7 +31,10 @@ def study_verdicts(config, truth=None):
     dict
         ``{model name: IdentifiabilityReport.to_dict() (witnesses as lists) plus "label"}``
         (:class:`~hmoe_estim.metrics.IdentifiabilityReport`,
-        :func:`~hmoe_estim.metrics.verdict_label`).
+        :func:`~hmoe_estim.metrics.verdict_label`); a model whose gate has a measure-level
+        reading (``MEASURE_GATES``) also gets ``"measure_level"``: the report at
+        ``level="measure"`` with its own ``"label"``
+        (:func:`~hmoe_estim.metrics.measure_verdict_label`).
 
     Raises
     ------
@@ -37,7 +42,12 @@ def study_verdicts(config, truth=None):
         The truth's shape disagrees with the config's fitted shape, or ``K < K*``.
     """
     # (imported here: the metrics load Numba, which reading a study does not need)
-    from ..metrics import identifiability_report, verdict_label
+    from ..metrics import (
+        MEASURE_GATES,
+        identifiability_report,
+        measure_verdict_label,
+        verdict_label,
+    )
 
     if truth is None:
         truth = true_measure(config)
@@ -55,15 +65,37 @@ def study_verdicts(config, truth=None):
         for a, alt in zip(rec["near_alternatives"], rep.near_alternatives):
             a["noise"] = noise
             a["n_to_resolve"] = alt.samples_to_resolve(noise) if noise > 0 else None
+        if m.gate in MEASURE_GATES:
+            mrec = identifiability_report(truth, gate=m.gate, activation=m.activation,
+                                          n_experts=K, n_heads=H, n_tokens=N,
+                                          level="measure").to_dict()
+            mrec["label"] = measure_verdict_label(mrec)
+            rec["measure_level"] = mrec
         out[m.name] = rec
     return out
+
+
+def _reading(rec, slow):
+    """The reading of a parameter metric's slope under the verdict record ``rec``."""
+    if rec["verdict"] == "not identifiable":
+        reading = "not a rate: " + rec["label"]
+    elif rec["verdict"] == "identifiable":
+        reading = "rate"
+    else:
+        reading = "rate if identifiable (identifiability unknown)"
+    if slow and rec["verdict"] != "not identifiable":
+        a = slow[0]
+        reading += (f"; pre-asymptotic: near-alternative {a['name']} (rms gap "
+                    f"{a['rms_gap']:.1e}) unresolved below n ~ {a['n_to_resolve']:.1e}")
+    return reading
 
 
 def annotate_rates(rates, config, truth=None):
     """Add the identifiability verdict to a study's rates (``rates.json``), in place.
 
     Each model gets ``rates[model]["identifiability"]`` (:func:`study_verdicts`), and each
-    parameter metric (Voronoi loss and its parts, extra weight, expert error) a ``"reading"``:
+    parameter metric (Voronoi loss and its parts, extra weight, expert error; the
+    measure-level ones under the measure-level verdict) a ``"reading"``:
     ``"rate"`` for an identifiable model, ``"not a rate: not identifiable (<obstructions>)"``
     or ``"rate if identifiable (identifiability unknown)"``, followed by
     ``"; pre-asymptotic: near-alternative ..."`` when a
@@ -96,16 +128,10 @@ def annotate_rates(rates, config, truth=None):
                 if a.get("n_to_resolve") is not None and a["n_to_resolve"] > n_max]
         for metric in PARAMETER_METRICS:
             if metric in per and "slope" in per[metric]:
-                if rec["verdict"] == "not identifiable":
-                    reading = "not a rate: " + rec["label"]
-                elif rec["verdict"] == "identifiable":
-                    reading = "rate"
-                else:
-                    reading = "rate if identifiable (identifiability unknown)"
-                if slow and rec["verdict"] != "not identifiable":
-                    a = slow[0]
-                    reading += (f"; pre-asymptotic: near-alternative {a['name']} (rms gap "
-                                f"{a['rms_gap']:.1e}) unresolved below n ~ "
-                                f"{a['n_to_resolve']:.1e}")
-                per[metric]["reading"] = reading
+                per[metric]["reading"] = _reading(rec, slow)
+        mrec = rec.get("measure_level")
+        for metric in MEASURE_METRICS:
+            if metric in per and "slope" in per[metric]:
+                per[metric]["reading"] = _reading(mrec, slow) if mrec else \
+                    "rate if identifiable (identifiability unknown)"
     return rates
