@@ -14,6 +14,8 @@ from hmoe_estim.model import make_bounds, n_params
 from hmoe_estim.model._starts import random_start_theta
 from hmoe_estim.solvers._lm import levenberg_marquardt, run_lm_starts
 
+from .problems import make_problem
+
 
 @pytest.mark.parametrize("gate", ["none", "value", "sdpa", "output"])
 @pytest.mark.parametrize("n", [300, SERIAL_SAMPLES + 300])  # serial and parallel kernels
@@ -71,12 +73,10 @@ def test_a_batch_of_starts_gives_the_results_of_single_starts(gate, options):
     mu0s = [1e-3, 1e-1, 1.0, 1e-3, 10.0]
     counts = [(0, 0, 0), (1, 2, 3), (0, 0, 5), (2, 1, 1), (0, 0, 0)]
     fit_intercept = options.get("fit_intercept", False)
-    bounds = (lower, upper)
     if fit_intercept:
         starts = [np.append(s, 0.3) for s in starts]
-        bounds = (np.append(lower, -np.inf), np.append(upper, np.inf))
-    batch = run_lm_starts(starts, XT, y, shape, gate, "tanh", bounds, max_iter=6, mu0s=mu0s,
-                          counts=counts, **options)
+    problem = make_problem(X, y, shape, gate, "tanh", **options)
+    batch = run_lm_starts(starts, problem, max_iter=6, mu0s=mu0s, counts=counts, **options)
     for t, r, mu0, (nj, nf, ni) in zip(starts, batch, mu0s, counts):
         kw = dict(max_iter=6, mu0=mu0, n_jac=nj, n_fev=nf, n_iter=ni,
                   alpha=options.get("alpha", 0.0))

@@ -141,9 +141,9 @@ def test_race_subsample_per_gate(gate, samples, monkeypatch):
     seen = []
     real = local.run_lm_starts
 
-    def spy(starts, XT, *args, **kwargs):
-        seen.append(XT.shape[1])
-        return real(starts, XT, *args, **kwargs)
+    def spy(starts, problem, *args, **kwargs):
+        seen.append(problem.n_samples)
+        return real(starts, problem, *args, **kwargs)
 
     monkeypatch.setattr(local, "run_lm_starts", spy)
     X, y = make_hmoe_regression(5000, n_features=2, gate=gate, noise=0.05, random_state=0)

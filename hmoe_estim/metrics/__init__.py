@@ -2,6 +2,15 @@
 scikit-learn scorers (see :doc:`/user_guide/metrics`), and the identifiability diagnosis that
 says when a loss can shrink at all (see :doc:`/user_guide/identifiability`)."""
 
+from ._atoms import (
+    ATOM_TOL,
+    LEVELS,
+    MEASURE_GATES,
+    AtomCells,
+    Atoms,
+    MeasureVoronoiDetails,
+    measure_atoms,
+)
 from ._branches import DEFAULT_N_REF, EXPERT_READINGS, reference_sample
 from ._expert import WEIGHTINGS, expert_error, regression_error
 from ._identifiability import (
@@ -12,6 +21,8 @@ from ._identifiability import (
     Obstruction,
     Symmetry,
     identifiability_report,
+    measure_verdict_label,
+    quotient_jacobian,
     regression_jacobian,
     verdict_label,
 )
@@ -50,4 +61,13 @@ __all__ = [
     "reference_sample",
     "DEFAULT_N_REF",
     "EXPERT_READINGS",
+    "LEVELS",
+    "MEASURE_GATES",
+    "ATOM_TOL",
+    "Atoms",
+    "AtomCells",
+    "MeasureVoronoiDetails",
+    "measure_atoms",
+    "measure_verdict_label",
+    "quotient_jacobian",
 ]

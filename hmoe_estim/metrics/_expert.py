@@ -26,6 +26,7 @@ import numpy as np
 
 from .._validation import check_activation, check_gate, check_token_matching
 from ..model import regression_function
+from ._atoms import check_level, measure_expert_errors
 from ._branches import (
     DEFAULT_N_REF,
     check_measure_pair,
@@ -66,6 +67,7 @@ def expert_error(
     random_state=0,
     token_matching="auto",
     sign_symmetry="auto",
+    level="channel",
 ):
     """Worst (or per-expert) sup-norm error of the experts, paper eq. (7).
 
@@ -105,6 +107,15 @@ def expert_error(
     sign_symmetry : {"auto", True, False}, default="auto"
         Quotient the channel sign flip (see :func:`hmoe_estim.voronoi_cells`): an atom held
         with sign ``s`` is compared through its expert ``s a``.
+    level : {"channel", "measure"}, default="channel"
+        ``"channel"``: the cells and token permutations of the channel-level Voronoi loss
+        (above). ``"measure"``: the cells of the measure-level loss
+        (:func:`hmoe_estim.voronoi_loss` with ``level="measure"``): each true atom
+        ``(M*[h,i], a*[h,i,k])`` (merged with coinciding ones) is compared with the fitted
+        atoms of its cell, combined by ``weighting``; an empty cell uses the fitted atom whose
+        branch is nearest. ``gate="value"`` (G2) only. A true expert whose atom is dropped
+        (null or zero weight) gets ``NaN`` in the per-expert array and is left out of the
+        maximum.
 
     Returns
     -------
@@ -115,7 +126,8 @@ def expert_error(
     ------
     ValueError
         Measures with different ``D`` or ``N``, bad ``X_ref``, unknown gate, activation,
-        expert reading or weighting.
+        expert reading, weighting or level; ``level="measure"`` for a gate other than
+        ``"value"`` (with the reason).
 
     Examples
     --------
@@ -136,9 +148,16 @@ def expert_error(
             "'weighted' (omega-weighted mean over the cell) or 'max' (unweighted worst atom)."
         )
     check_token_matching(token_matching)
+    check_level(level, gate)
     reading = resolve_expert(gate, expert)
     check_measure_pair(measure, true_measure, same_tokens=True)
     X = reference_sample(measure.n_features, X_ref, n_ref=n_ref, random_state=random_state)
+    if level == "measure":
+        cells = voronoi_cells(measure, true_measure, gate=gate, activation=activation, X_ref=X,
+                              sign_symmetry=sign_symmetry, level="measure")
+        errors = measure_expert_errors(measure, true_measure, cells, X, expert=reading,
+                                       activation=activation, weighting=weighting)
+        return errors if per_expert else float(np.nanmax(errors))
     cells = voronoi_cells(measure, true_measure, gate=gate, activation=activation, X_ref=X,
                           sign_symmetry=sign_symmetry)
     details = _voronoi_details(measure, true_measure, cells, None, token_matching)

@@ -76,6 +76,9 @@ __all__ = [
     "identifiability_report",
     "regression_jacobian",
     "verdict_label",
+    "measure_verdict_label",
+    "quotient_jacobian",
+    "QUOTIENTED",
 ]
 
 #: ``φ(0)`` of each activation: ``φ(0) = 0`` makes zero experts contribute nothing.
@@ -254,6 +257,19 @@ class IdentifiabilityReport:
     near_alternatives : list of NearAlternative
         Measures with a nearly equal function (searched for G2, see :class:`NearAlternative`),
         closest first.
+    level : str
+        The level of the Voronoi loss the verdict is about: ``"channel"`` (cells over value
+        channels) or ``"measure"`` (cells over the atoms of the mixing measure, G2 only).
+    quotiented : list of Obstruction
+        Alternatives that are exact (same ``f``) and that this level quotients: their witness
+        has Voronoi loss 0 at this level (``.voronoi_loss`` is that loss). Empty at the
+        channel level; at the measure level ``token-regroup``, ``token-split`` and
+        ``null-atom`` where they apply (:data:`QUOTIENTED`).
+    quotient_jacobian : JacobianCheck or None
+        At the measure level, the Jacobian of ``f`` at the truth in the coordinates of the
+        quotient: per-atom weights ``w[h,i,k]`` (token by token) instead of per-channel
+        weights, the gates and the experts; full column rank means no direction that changes
+        the measure keeps ``f`` to first order. ``None`` at the channel level.
     """
 
     gate: str
@@ -268,6 +284,9 @@ class IdentifiabilityReport:
     locally_identifiable: bool
     notes: list = field(default_factory=list)
     near_alternatives: list = field(default_factory=list)
+    level: str = "channel"
+    quotiented: list = field(default_factory=list)
+    quotient_jacobian: object = None
 
     @property
     def verdict(self):
@@ -283,16 +302,25 @@ class IdentifiabilityReport:
         H, N, K, D = self.true_shape
         lines = [
             f"{GATE_LABELS[self.gate]} ({self.gate}), {self.activation}, K = {self.n_experts} "
-            f"fitted to K* = {K} (H* = {H}, N* = {N}, D = {D}): {self.verdict}",
+            f"fitted to K* = {K} (H* = {H}, N* = {N}, D = {D}): {self.verdict}"
+            + (f" at the {self.level} level" if self.level != "channel" else ""),
             f"  reason: {self.reason}",
             "  symmetries quotiented: " + ", ".join(s.name for s in self.symmetries),
         ]
+        for o in self.quotiented:
+            lines.append(f"  quotiented at the {self.level} level: {o.name} (witness "
+                         f"|f - f*| = {o.function_gap:.1e}, {self.level}-level Voronoi loss "
+                         f"{o.voronoi_loss:.1e})")
         for o in self.obstructions:
             lines.append(f"  obstruction {o.name}: witness |f - f*| = {o.function_gap:.1e}, "
                          f"Voronoi loss {o.voronoi_loss:.3g}; {o.description}")
         j = self.jacobian
         lines.append(f"  Jacobian at K = K*: {j.n_params} parameters, null space "
                      f"{j.null_dimension} (named obstructions: {j.expected_null_dimension})")
+        q = self.quotient_jacobian
+        if q is not None:
+            lines.append(f"  Jacobian in the quotient (per-atom weights): {q.n_params} "
+                         f"parameters, null space {q.null_dimension}")
         lines += [f"  note: {n}" for n in self.notes]
         for a in self.near_alternatives:
             lines.append(f"  near alternative {a.name}: rms |f - f*| = {a.rms_gap:.2e}, Voronoi "
@@ -309,7 +337,10 @@ class IdentifiabilityReport:
                 "obstructions": [o.to_dict() for o in self.obstructions],
                 "jacobian": self.jacobian.to_dict(),
                 "locally_identifiable": self.locally_identifiable, "notes": list(self.notes),
-                "near_alternatives": [a.to_dict() for a in self.near_alternatives]}
+                "near_alternatives": [a.to_dict() for a in self.near_alternatives],
+                "level": self.level, "quotiented": [o.to_dict() for o in self.quotiented],
+                "quotient_jacobian": (None if self.quotient_jacobian is None
+                                      else self.quotient_jacobian.to_dict())}
 
 
 # -- the Jacobian ---------------------------------------------------------------------------
@@ -511,15 +542,48 @@ def _near_alternatives(Gs, gate, activation, K, X, max_seeds=6):
     return out
 
 
-def _check_witness(witness, Gs, gate, activation, X):
+def _check_witness(witness, Gs, gate, activation, X, level="channel"):
     from ..model import regression_function
     from ._voronoi import voronoi_loss
 
     f = regression_function(witness, X, gate=gate, activation=activation)
     fs = regression_function(Gs, X, gate=gate, activation=activation)
     gap = float(np.max(np.abs(f - fs)))
-    loss = voronoi_loss(witness, Gs, gate=gate, activation=activation, X_ref=X)
+    loss = voronoi_loss(witness, Gs, gate=gate, activation=activation, X_ref=X, level=level)
     return gap, float(loss)
+
+
+def _spectrum_check(J, tol, expected):
+    """:class:`JacobianCheck` of ``J / sqrt(n)``: singular values, numerical null space."""
+    J = J / np.sqrt(J.shape[0])
+    s = np.linalg.svd(J, compute_uv=False)
+    s = np.concatenate([s, np.zeros(J.shape[1] - s.size)]) if s.size < J.shape[1] else s
+    cut = tol * s[0] if s.size and s[0] > 0 else tol
+    null = int(np.sum(s < cut))
+    kept, dropped = s[s >= cut], s[s < cut]
+    gap = float(kept.min() / dropped.max()) if dropped.size and dropped.max() > 0 and kept.size \
+        else np.inf
+    return JacobianCheck(J.shape[1], J.shape[0], s, null, int(expected), float(tol), gap)
+
+
+def quotient_jacobian(measure, X, *, activation="sigmoid"):
+    """Jacobian of the G2 regression function in the coordinates of the atom measure.
+
+    G2 is ``f(x) = Σ_h Σ_i g[h,i](x) Σ_k w[h,i,k] φ(a[h,i,k]·x)`` with per-atom weights
+    ``w[h,i,k]`` (``= ω[h,k]`` for a channel measure; regrouping and splitting channels reach
+    other ``w``): the columns are ``∂f/∂w[h,i,k] = g[h,i] φ(a[h,i,k]·x)``, then the gate and
+    expert columns of :func:`regression_jacobian` (``gate="value"``; at ``w = ω`` they are the
+    same). Shape ``(n, H N K + n_params − H K)``.
+    """
+    from ..kernels import phi
+
+    G = measure.normalized()
+    H, N, K, D = G.shape
+    J = regression_jacobian(G, X, gate="value", activation=activation)
+    g = token_gate(G, X)
+    E = phi(activation, np.einsum("nd,hikd->nhik", X, G.a))
+    J_w = (g[..., None] * E).reshape(X.shape[0], H * N * K)
+    return np.concatenate([J_w, J[:, H * K:]], axis=1)
 
 
 # -- the report -----------------------------------------------------------------------------
@@ -572,7 +636,7 @@ def _assumption_issues(Gs):
 
 def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads=None,
                            n_tokens=None, n_check=2000, tol=1e-10, random_state=0,
-                           search_near=True):
+                           search_near=True, level="channel"):
     """Diagnose whether fitting ``n_experts`` channels to ``true_measure`` is identifiable.
 
     Lists the exact symmetries the metrics quotient, the exact obstructions (each with a
@@ -603,18 +667,30 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
         For G2 with ``K* >= 2`` and ``N* >= 2``, also search near-alternatives
         (``NearAlternative``): a few bounded least-squares solves of ``‖f − f*‖`` from
         token-exchange seeds.
+    level : {"channel", "measure"}, default="channel"
+        The level of the Voronoi loss the verdict is about (see
+        :func:`hmoe_estim.voronoi_loss`). ``"measure"`` (``gate="value"`` only): the
+        witnesses are checked with the measure-level loss; those it quotients (loss 0:
+        ``token-regroup``, ``token-split``, ``null-atom``) move to ``.quotiented``, and the
+        verdict is read with the Jacobian in the quotient (``.quotient_jacobian``, per-atom
+        weights). Measure-level verdicts of over-specified G2: sigmoid identifiable; tanh,
+        GELU and SiLU ``"unknown"`` (near-null atoms, and for GELU/SiLU the reflection
+        ``φ(z) − φ(−z) = z``; see the user guide page "Which gates and activations are
+        identifiable").
 
     Returns
     -------
     IdentifiabilityReport
         ``.identifiable`` (True / False / ``"unknown"``), ``.reason``, ``.symmetries``,
-        ``.obstructions`` (with witnesses), ``.jacobian``, ``.summary()``.
+        ``.obstructions`` (with witnesses), ``.quotiented``, ``.jacobian``, ``.summary()``.
 
     Raises
     ------
     ValueError
         ``true_measure`` not a MixingMeasure, an unknown gate or activation, ``n_experts``
-        below ``K*`` or not an integer, ``n_heads`` / ``n_tokens`` other than the truth's.
+        below ``K*`` or not an integer, ``n_heads`` / ``n_tokens`` other than the truth's,
+        an unknown level, or ``level="measure"`` for a gate other than ``"value"`` (with the
+        reason).
 
     Examples
     --------
@@ -627,7 +703,11 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
     >>> identifiability_report(G, gate="sdpa", activation="sigmoid", n_experts=3).identifiable
     True
     """
+    from ._atoms import check_level
+
     K = _check_args(true_measure, gate, activation, n_experts, n_heads, n_tokens)
+    check_level(level, gate)
+    measure_level = level == "measure"
     Gs = true_measure.normalized()
     H, N, Ks, D = Gs.shape
     if isinstance(n_check, bool) or not isinstance(n_check, numbers.Integral) or n_check < 1:
@@ -681,30 +761,29 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
         candidates.append(("null-atom", _null_atom(Gs, K), 0,
                            f"φ(0) = 0 ({activation}): a channel whose experts are all 0 "
                            "contributes ω φ(0) = 0 whatever its weight ω"))
-    obstructions, failed = [], []
+    obstructions, failed, quotiented = [], [], []
     from ..model import regression_function
 
     f_scale = max(1.0, float(np.max(np.abs(
         regression_function(Gs, X, gate=gate, activation=activation)))))
     for name, witness, dim, text in candidates:
-        gap, loss = _check_witness(witness, Gs, gate, activation, X)
+        gap, loss = _check_witness(witness, Gs, gate, activation, X, level)
         if gap <= 1e-10 * f_scale and loss > 1e-8:
             obstructions.append(Obstruction(name, text, witness, dim, gap, loss))
+        elif measure_level and gap <= 1e-10 * f_scale:  # same f, same measure: quotiented
+            quotiented.append(Obstruction(name, text, witness, dim, gap, loss))
         else:  # a degenerate truth (zero or coinciding experts): never claim without a witness
             failed.append(f"the {name} witness failed its check here (|f − f*| = {gap:.1e}, "
                           f"Voronoi loss {loss:.1e}), so {name} is not claimed")
 
     # Jacobian at the truth, K = K*
-    J = regression_jacobian(Gs, X, gate=gate, activation=activation) / np.sqrt(X.shape[0])
-    s = np.linalg.svd(J, compute_uv=False)
-    s = np.concatenate([s, np.zeros(J.shape[1] - s.size)]) if s.size < J.shape[1] else s
-    cut = tol * s[0] if s.size and s[0] > 0 else tol
-    null = int(np.sum(s < cut))
-    kept, dropped = s[s >= cut], s[s < cut]
-    gap = float(kept.min() / dropped.max()) if dropped.size and dropped.max() > 0 and kept.size \
-        else np.inf
     expected = int(sum(o.null_dimension for o in obstructions))
-    jac = JacobianCheck(J.shape[1], X.shape[0], s, null, expected, float(tol), gap)
+    jac = _spectrum_check(regression_jacobian(Gs, X, gate=gate, activation=activation), tol,
+                          expected)
+    null = jac.null_dimension
+    qjac = None
+    if measure_level:  # no continuous obstruction is named at the measure level: expect 0
+        qjac = _spectrum_check(quotient_jacobian(Gs, X, activation=activation), tol, 0)
 
     notes = list(failed)
     issues = _assumption_issues(Gs)
@@ -719,8 +798,17 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
         notes.append("σ(z) + σ(−z) = 1: a pair (c, a) + (c, −a) adds the constant c, which no "
                      "channel can cancel while ω >= 0 (A.2); with signed weights it could")
     locally = jac.explained and not any(o.null_dimension for o in obstructions)
+    if measure_level:
+        locally = qjac.explained
+        notes = [n for n in notes if not n.startswith("near a null atom")]
+        if zero and K > Ks:
+            notes.append(_NEAR_NULL_NOTE)
+        if activation in ("gelu", "silu"):
+            notes.append(_REFLECTION_NOTE)
 
-    if obstructions:
+    if measure_level:
+        ident, reason = _measure_verdict(activation, obstructions, failed, qjac, issues, K, Ks)
+    elif obstructions:
         ident = False
         reason = "exact alternative representation(s) with Voronoi loss > 0: " + ", ".join(
             o.name for o in obstructions)
@@ -748,7 +836,57 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
     if search_near and gate == "value" and N >= 2 and Ks >= 2:
         near = _near_alternatives(Gs, gate, activation, K, X)
     return IdentifiabilityReport(gate, activation, K, (H, N, Ks, D), ident, reason,
-                                 symmetries, obstructions, jac, bool(locally), notes, near)
+                                 symmetries, obstructions, jac, bool(locally), notes, near,
+                                 level=level, quotiented=quotiented, quotient_jacobian=qjac)
+
+
+#: Obstructions each level quotients (their witnesses have loss 0 at that level).
+QUOTIENTED = {"channel": (), "measure": ("token-regroup", "token-split", "null-atom")}
+
+_NEAR_NULL_NOTE = (
+    "near-null atoms (measure level): with φ(0) = 0 an atom (ω, ε a) adds ω φ(ε a·x) ≈ "
+    "ε ω φ'(0) a·x to its token, so f moves by O(ε) while the atom's weight ω stays free; the "
+    "atom is dropped only at ε = 0, so the measure-level loss has no bound by ‖f − f*‖ there")
+_REFLECTION_NOTE = (
+    "reflection (GELU, SiLU): φ(z) − φ(−z) = z, so a token's atoms {(w_k, a_k)} with "
+    "Σ_k w_k a_k = 0 give the same f as {(w_k, −a_k)}; G* has such an exact alternative when "
+    "its experts admit a zero-mean sub-combination with weights >= 0 (in a token, or with the "
+    "same mean in every token of two heads), which this report does not search")
+
+
+def _measure_verdict(activation, obstructions, failed, qjac, issues, K, Ks):
+    """Verdict and reason at the measure level (G2)."""
+    if obstructions:
+        return False, ("exact alternative representation(s) with measure-level Voronoi loss "
+                       "> 0: " + ", ".join(o.name for o in obstructions))
+    if failed:
+        return "unknown", "; ".join(failed)
+    if not qjac.explained:
+        return "unknown", (f"the Jacobian in the quotient (per-atom weights) has "
+                           f"{qjac.null_dimension} null direction(s) at the truth")
+    if issues:
+        return "unknown", "the truth violates the assumptions: " + "; ".join(issues)
+    local = ("the Jacobian in the quotient (per-atom weights, gates, experts) has full column "
+             "rank at the truth (no first-order direction changes the measure and keeps f)")
+    if activation == "sigmoid":
+        return True, (
+            "no exact alternative at the measure level (token-regroup quotiented); " + local
+            + "; argument (a sketch, gates taken as identified): σ(z) = 1/2 + tanh(z/2)/2 and "
+            "tanh units are linearly independent up to sign, so each token's expert measure is "
+            "fixed up to pairs (c, a) + (c, −a), which add c g[h,i](x); these cancel only as "
+            "one constant in every token of a head, summing to 0 over heads, impossible with "
+            "ω >= 0 (A.2) unless c = 0; the setting of the gated theory")
+    near_null = (", near-null atoms (K > K*) keep f within O(ε) at a measure-level loss "
+                 "bounded below" if K > Ks else "")
+    if activation == "tanh":
+        return "unknown", (
+            "the exact alternatives found (token-split, token-regroup, null-atom, sign flip) "
+            "are quotiented and " + local + ", but φ(0) = 0" + near_null + ": no argument "
+            "bounds the loss by the regression error")
+    return "unknown", (
+        f"the exact alternatives found are quotiented and {local}, but {activation} has the "
+        "reflection φ(z) − φ(−z) = z (an exact alternative for truths whose experts admit a "
+        "zero-mean sub-combination)" + near_null + ": no global argument")
 
 
 # -- verdict records ------------------------------------------------------------------------
@@ -761,3 +899,22 @@ def verdict_label(record):
     if v == "identifiable":
         return "identifiable"
     return "identifiability unknown"
+
+
+def measure_verdict_label(record):
+    """Short text of a measure-level verdict record (``identifiability_report(...,
+    level="measure").to_dict()``): ``"measure level: identifiable"``, ``"measure level:
+    identifiability unknown"`` or ``"measure level: not identifiable (...)"``.
+
+    Raises
+    ------
+    ValueError
+        A record of the channel level (or written before levels existed): use
+        :func:`verdict_label`.
+    """
+    level = record.get("level", "channel")
+    if level != "measure":
+        raise ValueError(f"the record is of the {level} level; measure_verdict_label reads "
+                         "records of identifiability_report(..., level='measure'); use "
+                         "verdict_label for the channel level.")
+    return "measure level: " + verdict_label(record)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._validation import check_activation, check_gate, check_r, check_token_matching
+from ._atoms import atom_cells, check_level, measure_details
 from ._branches import (
     DEFAULT_N_REF,
     branch_distances,
@@ -192,6 +193,7 @@ def voronoi_cells(
     random_state=0,
     expert="auto",
     sign_symmetry="auto",
+    level="channel",
 ):
     """Assign each fitted channel ``(h', k')`` to the Voronoi cell of a true channel ``(h, k)``.
 
@@ -223,24 +225,37 @@ def voronoi_cells(
         branch to a true one is ``min(‖B − B*‖, ‖B + B*‖)`` and the sign that attains it is
         kept (``.pair_signs``, ``.signs``). ``"auto"``: for G1/G2 with an odd activation
         (tanh), where the flip is an exact symmetry (``voronoi.sign_symmetric``).
+    level : {"channel", "measure"}, default="channel"
+        ``"channel"``: cells over the value channels ``(h', k')`` (the paper's construction).
+        ``"measure"``: cells over the atoms ``(M[h,i], a[h,i,k])`` of the mixing measure,
+        coinciding atoms merged and null atoms dropped; ``gate="value"`` (G2) only, where
+        ``f`` is a sum over atoms (docs: Metrics and scorers, "Channel and measure
+        readings"). Returns an :class:`~hmoe_estim.metrics._atoms.AtomCells`.
 
     Returns
     -------
-    VoronoiCells
+    VoronoiCells or AtomCells
         ``.assignment`` (H, K, 2), ``.members[h][k]``, ``.sizes`` (H*, K*), ``.distances``,
-        ``.signs``.
+        ``.signs``; at ``level="measure"`` the same indexed by atoms (``.atoms``,
+        ``.true_atoms``).
 
     Raises
     ------
     ValueError
-        Measures with different ``D`` or a bad ``X_ref``, gate, activation or expert.
+        Measures with different ``D`` (or ``N`` at ``level="measure"``) or a bad ``X_ref``,
+        gate, activation, expert or level; ``level="measure"`` for a gate other than
+        ``"value"``, with the reason.
     """
     check_gate(gate)
     check_activation(activation)
-    check_measure_pair(measure, true_measure, same_tokens=False)
+    check_level(level, gate)
+    check_measure_pair(measure, true_measure, same_tokens=level == "measure")
     reading = resolve_expert(gate, expert)
     signed = sign_symmetric(gate, activation, sign_symmetry)
     X = reference_sample(measure.n_features, X_ref, n_ref=n_ref, random_state=random_state)
+    if level == "measure":
+        return atom_cells(measure, true_measure, X, activation=activation, expert=reading,
+                          signed=signed)
     B = branch_functions(measure, X, activation=activation, gate=gate, expert=reading)
     B_star = branch_functions(true_measure, X, activation=activation, gate=gate, expert=reading)
     dist = branch_distances(B, B_star)
@@ -347,6 +362,7 @@ def voronoi_loss(
     expert="auto",
     token_matching="auto",
     sign_symmetry="auto",
+    level="channel",
 ):
     """Voronoi loss ``L_{1,r}(G, G*)`` or ``L_2(G, G*)`` between a fitted and the true measure.
 
@@ -396,16 +412,28 @@ def voronoi_loss(
     sign_symmetry : {"auto", True, False}, default="auto"
         Quotient the channel sign flip (see :func:`voronoi_cells`); ``"auto"`` does so for
         G1/G2 with tanh and nowhere else, so sigmoid, GELU and SiLU losses are unchanged.
+    level : {"channel", "measure"}, default="channel"
+        ``"channel"``: the cells hold value channels (above). ``"measure"``: the same
+        construction over the atoms ``(M[h,i], a[h,i,k])`` with weight ``ω[h,k]`` of the
+        paper's mixing measure — atoms of a head that coincide merged (weights summed), null
+        atoms (``φ(0) = 0`` and ``a = 0``) and zero-weight atoms dropped, cells around the true
+        atoms by the ``L2`` distance of the atom branches ``g[h,i](x) φ(a·x)``, and
+        ``Σ_j |Σ_{V_j} s ω − ω*_j| + Σ_j Σ_{V_j} |ω| (‖ΔM‖_F^e + ‖s a − a*‖^e)`` with the same
+        exponents. It is 0 on the token-regroup and token-split alternatives of G2, which
+        have the same measure as ``G*``. ``gate="value"`` (G2) only: for G1, MHA and G5 the
+        measure does not determine ``f`` and the level is refused with the reason (docs:
+        Metrics and scorers, "Channel and measure readings").
 
     Returns
     -------
-    float or VoronoiDetails
+    float, VoronoiDetails or MeasureVoronoiDetails
 
     Raises
     ------
     ValueError
         ``r`` not an integer ``>= 1``; measures with different ``D`` or ``N``; ``X_ref`` of the
-        wrong width; unknown gate, activation, expert reading or token matching.
+        wrong width; unknown gate, activation, expert reading, token matching or level;
+        ``level="measure"`` for a gate other than ``"value"`` (with the reason).
 
     Examples
     --------
@@ -420,6 +448,7 @@ def voronoi_loss(
     check_token_matching(token_matching)
     check_gate(gate)
     check_activation(activation)
+    check_level(level, gate)
     check_measure_pair(measure, true_measure, same_tokens=True)
     cells = voronoi_cells(
         measure,
@@ -431,6 +460,10 @@ def voronoi_loss(
         random_state=random_state,
         expert=expert,
         sign_symmetry=sign_symmetry,
+        level=level,
     )
-    details = _voronoi_details(measure, true_measure, cells, r, token_matching)
+    if level == "measure":
+        details = measure_details(measure, true_measure, cells, r, token_matching)
+    else:
+        details = _voronoi_details(measure, true_measure, cells, r, token_matching)
     return details if return_details else float(details.loss)

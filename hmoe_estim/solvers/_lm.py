@@ -150,7 +150,7 @@ def _levenberg_marquardt(passes, theta0, y, lower, upper, *, max_iter=200, tol=1
     # the ridge penalty on sums: S = Σ r² + Σ_p pen_p theta_p², pen = n·alpha·w
     penalised = float(alpha) > 0.0
     if penalised:
-        if passes.penalty_weights is None:
+        if passes.penalty_weights is None:  # the HMoE layout's (a problem's passes set it)
             passes.penalty_weights = penalty_weights(passes.shape)
         pen = float(alpha) * nm * passes.penalty_weights
         if fit_offset:
@@ -283,19 +283,24 @@ def _run_one(theta0, passes, y, lower, upper, kwargs):
     return res
 
 
-def _run_batch(starts, per_start, XT, y, shape, gate, activation, lower, upper, n_threads):
+def _run_batch(starts, per_start, problem, n_threads):
     """:func:`_run_one` for each start, with the Numba thread count set once for the batch."""
-    if XT.shape[1] < LM_SERIAL_BELOW:
+    if problem.n_samples < LM_SERIAL_BELOW:
         n_threads = 1
     with numba_threads(n_threads):
-        passes = KernelPasses(XT, y, shape, GATE_CODES[gate], ACTIVATION_CODES[activation])
-        return [_run_one(t, passes, y, lower, upper, kw) for t, kw in zip(starts, per_start)]
+        passes = problem.passes()
+        return [_run_one(t, passes, problem.y, problem.lower, problem.upper, kw)
+                for t, kw in zip(starts, per_start)]
 
 
-def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None, verbose=0,
-                  mu0s=None, counts=None, **kwargs):
-    """Run :func:`levenberg_marquardt` from every start (joblib when ``n_jobs`` asks).
+def run_lm_starts(starts, problem, *, n_jobs=None, verbose=0, mu0s=None, counts=None,
+                  **kwargs):
+    """Run :func:`levenberg_marquardt` from every start of ``problem`` (joblib when
+    ``n_jobs`` asks).
 
+    ``problem`` is a :class:`~hmoe_estim.solvers.Problem`, or any object with its
+    ``n_samples``, ``y``, ``lower``, ``upper`` and ``passes()`` (the kernel passes: see
+    :class:`~hmoe_estim.kernels.KernelPasses`): the iterations know no parameter layout.
     ``kwargs`` go to :func:`levenberg_marquardt`, except ``fit_intercept=True``: then every
     start and the bounds end with the intercept ``c`` (the layout of
     ``kernels.objective.objective_and_gradient`` and of
@@ -308,7 +313,6 @@ def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None
 
     from joblib import Parallel, delayed, effective_n_jobs
 
-    lower, upper = bounds
     per_start = []
     for j in range(len(starts)):
         kw = dict(kwargs)
@@ -322,11 +326,10 @@ def run_lm_starts(starts, XT, y, shape, gate, activation, bounds, *, n_jobs=None
     jobs = min(effective_n_jobs(n_jobs), len(starts))
     if jobs <= 1:
         with single_thread_blas():
-            return _run_batch(starts, per_start, XT, y, shape, gate, activation, lower, upper,
-                              None)
+            return _run_batch(starts, per_start, problem, None)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     batches = Parallel(n_jobs=jobs, verbose=max(0, verbose - 1))(
-        delayed(_run_batch)([t], [kw], XT, y, shape, gate, activation, lower, upper, threads)
+        delayed(_run_batch)([t], [kw], problem, threads)
         for t, kw in zip(starts, per_start)
     )
     return [r for batch in batches for r in batch]

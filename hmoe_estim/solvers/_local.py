@@ -98,9 +98,7 @@ class LevenbergMarquardt(LocalSolver):
             kwargs["counts"] = [(r.n_jac, r.n_fev, r.n_iter) if keep_counts
                                 else (0, 0, r.n_iter) for r in starts]
             starts = [r.theta for r in starts]
-        return run_lm_starts(starts, problem.XT, problem.y, problem.shape, problem.gate,
-                             problem.activation, (problem.lower, problem.upper), n_jobs=n_jobs,
-                             verbose=verbose, **kwargs)
+        return run_lm_starts(starts, problem, n_jobs=n_jobs, verbose=verbose, **kwargs)
 
 
 class LBFGSB(LocalSolver):

@@ -11,7 +11,13 @@ import numpy as np
 
 from .._names import ACTIVATION_CODES, GATE_CODES
 from .._validation import check_activation, check_gate
-from ..kernels import KernelPasses, gauss_newton_sums, objective_and_gradient, offsets
+from ..kernels import (
+    KernelPasses,
+    gauss_newton_sums,
+    objective_and_gradient,
+    offsets,
+    penalty_weights,
+)
 
 __all__ = ["Problem", "has_sign_symmetry", "ODD_ACTIVATIONS"]
 
@@ -148,7 +154,10 @@ class Problem:
     def passes(self):
         """The kernel passes of a Levenberg–Marquardt iteration on this data (set up now:
         the caller keeps Numba's thread count fixed while it uses them)."""
-        return KernelPasses(self.XT, self.y, self.shape, *self.codes)
+        passes = KernelPasses(self.XT, self.y, self.shape, *self.codes)
+        if self.alpha > 0:
+            passes.penalty_weights = penalty_weights(self.shape)
+        return passes
 
     def objective_and_gradient(self, theta):
         """The objective (mean squared residual plus penalty) and its gradient."""
