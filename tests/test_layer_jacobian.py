@@ -85,7 +85,7 @@ def test_jacobian_matches_central_differences(options, gate, activation):
 
 @pytest.mark.parametrize("options, gate", FORMS, ids=_ids(FORMS))
 def test_gauss_newton_sums_equal_those_of_an_independent_jacobian(options, gate):
-    layer, layout, theta, X, args = _case(options, gate, "tanh", n=4, seed=3)
+    layer, layout, theta, X, args = _case(options, gate, "tanh", n=2, seed=3)
     y = np.random.default_rng(7).normal(size=X.shape[0] * 3 * 3)
     offset = 0.25
     # the Jacobian of the test's own NumPy pass, by central differences

@@ -69,3 +69,20 @@ def test_problem_refuses_bad_input():
     with pytest.raises(ValueError, match="the box has"):
         LayerProblem(problem.X, problem.y.reshape(100, 3, 2), truth.layout, "none", "sigmoid",
                      lower[:-1], upper)
+
+
+def test_search_fits_a_layer_problem():
+    # the package's search (race, rounds) on a layer: every knob given (the "auto" table is
+    # the per-entry models'), no moves, no signed weights
+    from hmoe_estim.solvers import LevenbergMarquardt, Search
+
+    truth, problem = _problem("sdpa", n=150, gate_form="multiplicative")
+    rng = np.random.RandomState(4)
+    search = Search(local=LevenbergMarquardt(max_iter=300), n_starts=2, n_candidates=8,
+                    race_iter=10, race_samples=64, rounds=2, agree=2, moves=[], signed=False)
+    out = search.run(problem, lambda: problem.random_start(rng, 1.5))
+    best = out.results[out.best]
+    assert best.objective < 1e-20, best.message
+    fit = problem.layout.unpack(best.theta)
+    assert np.linalg.norm(fit.P_ - truth.P_) < 1e-7
+    assert np.linalg.norm(fit.VO_ - truth.VO_) < 1e-7
