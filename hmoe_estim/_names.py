@@ -20,3 +20,16 @@ GATE_LABELS = {"none": "MHA", "value": "G2", "sdpa": "G1", "output": "G5"}
 
 ACTIVATIONS = ("sigmoid", "tanh", "gelu", "silu")
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}
+
+#: Gate positions of a whole attention layer (``hmoe_estim.layer``): the four above, and the
+#: gates after the key projection (G3) and after the query projection (G4), whose scores are
+#: not quadratic forms in the tokens (no per-entry HMoE). Codes of the layer kernel.
+LAYER_GATES = GATES + ("key", "query")
+LAYER_GATE_CODES = {name: code for code, name in enumerate(LAYER_GATES)}
+LAYER_GATE_LABELS = {**GATE_LABELS, "key": "G3", "query": "G4"}
+#: How a gate acts: ``φ`` on the signal (the paper), or a multiplicative gate ``φ(x W_θ)``
+#: with parameters of its own (Qiu et al. 2025, at the SDPA output).
+GATE_FORMS = ("activation", "multiplicative")
+GRANULARITIES = ("headwise", "elementwise")
+QK_FORMS = ("factored", "full")
+ROWS = ("all", "last")

@@ -36,6 +36,9 @@ BASE = ("_names", "_validation", "_defaults", "_lazy")
 #:   arrow between them (none exists in either direction);
 #: - ``estimators`` wrap model and solvers for scikit-learn;
 #: - ``attention`` converts attention layers to and from mixing measures;
+#: - ``layer`` models a whole attention layer with shared parameters (weights, output, data;
+#:   its fit through the kernels and solvers), above ``attention`` so that it can map a
+#:   layer to the per-entry measures;
 #: - ``study`` runs everything below: truth, data, fits, metrics, rates.
 LAYERS = {
     "base": 0,
@@ -46,7 +49,8 @@ LAYERS = {
     "datasets": 4,
     "estimators": 5,
     "attention": 6,
-    "study": 7,
+    "layer": 7,
+    "study": 8,
 }
 
 #: Top-level modules outside the check (they may import anything; nothing imports them).
@@ -362,7 +366,7 @@ def test_checker_catches_planted_violations(tmp_path):
 
     assert sorted(found["upward"]) == sorted([
         "hmoe_estim/kernels/k.py:5: hmoe_estim.kernels.k (kernels, layer 1) imports "
-        "hmoe_estim.study._plan (study, layer 7): a module imports only from lower layers",
+        "hmoe_estim.study._plan (study, layer 8): a module imports only from lower layers",
         "hmoe_estim/metrics/_a.py:2: hmoe_estim.metrics._a (metrics, layer 4) imports "
         "hmoe_estim.datasets (datasets, layer 4): a module imports only from lower layers",
         "hmoe_estim/datasets/_d.py:1: hmoe_estim.datasets._d (datasets, layer 4) imports "

@@ -10,7 +10,8 @@ Levenberg–Marquardt iteration), ``layout`` (offsets of ``theta``), ``threads``
 thread contexts), ``gate`` (pair products, softmax gate), ``activations`` (φ and φ'), ``rows``
 (row combinations and dot products), ``vexp`` (vectorisable ``exp``), ``target`` (full vector
 width on AVX-512 machines, options of the internal functions), ``background`` (compilation
-on an idle core).
+on an idle core), ``layer`` (a whole attention layer: forward pass, Jacobian, Gauss–Newton
+sums and their passes).
 
 The other subpackages import these names from here; each is loaded on first use (PEP 562),
 so that importing one kernel does not compile or load the others.
@@ -38,6 +39,11 @@ _LAZY = {
     "phi": "activations",
     "activation_values": "activations",
     "collector_paused": "target",
+    "layer_offsets": "layer",
+    "layer_values": "layer",
+    "layer_jacobian": "layer",
+    "layer_sums": "layer",
+    "LayerPasses": "layer",
 }
 
 __getattr__, __dir__, __all__ = attach(__name__, _LAZY)
