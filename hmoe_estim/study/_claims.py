@@ -144,7 +144,8 @@ def _rule(kind, lo, hi, target):
             return (f"not measurable: the interval {iv} also reaches above {FLAT_SLOPE:+.1f}, "
                     "so it cannot exclude a flat curve (more replications or sample sizes)", "")
         if near:
-            return "consistent", f"the interval holds or stays within {SLOPE_TOL} of {target:+.2f}"
+            return "consistent", f"the interval contains {target:+.2f} or lies within " \
+                                 f"{SLOPE_TOL} of it"
         side = "faster" if hi < target else "slower"
         return "not consistent", f"{side} than n^({target:+.2f}): the interval {iv} excludes it"
     if kind == "slow":
