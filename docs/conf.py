@@ -54,7 +54,8 @@ extensions = [
 ]
 
 templates_path = ["_templates"]
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "examples/*.py"]
+# _static/study/*.rst: generated tables, included by pages (claims.rst), not pages themselves
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "examples/*.py", "_static/**/*.rst"]
 source_suffix = {".rst": "restructuredtext"}
 root_doc = "index"
 default_role = "code"

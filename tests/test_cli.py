@@ -50,7 +50,8 @@ def test_presets_follow_spec_section_6():
         cfg = load_preset(name)
         assert cfg.true_shape == (1, 2, 2, 3)  # H*, N*, K*, D
         assert cfg.fit.n_experts == 3 and cfg.specification == "over-specified"
-        assert [m.gate for m in cfg.models] == ["none", "value", "sdpa"]
+        expected = ["none", "value", "sdpa"] + (["output"] if name == "full" else [])
+        assert [m.gate for m in cfg.models] == expected  # full: G5 too, for comparison
         assert {m.activation for m in cfg.models} == {"sigmoid"}
         assert cfg.data.noise == 0.1 and cfg.data.box == 1.0 and cfg.truth.scale == 2.0
         assert cfg.fit.init == "random" and not cfg.oracle  # honest default

@@ -9,10 +9,12 @@ fit and its record), ``_results`` (the crash-safe JSON-lines store), ``_frames``
 folder as pandas DataFrames), ``_store`` (the output
 folder and its lock), ``_runner`` (the run loop), ``_diagnostics``, ``_rates``, ``_plotting``,
 ``_verdicts`` (the identifiability verdict of each model and the reading of its rates),
+``_claims`` (the paper's claims against a study's rates),
 ``_progress``, ``_dask`` and ``_cli``.
 """
 
 from ._certificate import certificate_summary, certified_records, format_certificate
+from ._claims import claim_rows, claims_table
 from ._cli import build_parser, main
 from ._config import (
     INIT_CHOICES,
@@ -87,7 +89,7 @@ __all__ = [
     "fit_power_law", "fit_log_law", "fit_rates", "rates_from_records", "format_rates_table",
     "RATE_METRICS", "CRITERION", "MODEL_KEYS", "study_verdicts", "annotate_rates",
     "plot_learning_curves", "PLOT_METRICS", "METRIC_TITLES", "PlottingError",
-    "ProgressBar", "format_duration",
+    "ProgressBar", "format_duration", "claims_table", "claim_rows",
     # command line
     "main", "build_parser",
 ]

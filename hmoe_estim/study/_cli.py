@@ -7,6 +7,7 @@
     hmoe-estim study CONFIG.toml [--out OUT] [--n-jobs J] [--dask-...]
     hmoe-estim rates OUT [--eps EPS] [--n-boot B] [--certified-only]
     hmoe-estim plot OUT [--output FILE] [--certified-only]
+    hmoe-estim claims OUT [--output FILE] [--format rst|text]
     hmoe-estim preset NAME            # print a built-in config as TOML, to copy and edit
 
 ``reproduce`` runs the built-in study, the experiment template of the documentation's "Theory to
@@ -100,6 +101,19 @@ def build_parser():
                    help="PNG file, or a folder for learning_curves.png (default: OUT)")
     p.add_argument("--certified-only", action="store_true",
                    help="draw and fit the curves without the certified optimisation failures")
+
+    p = sub.add_parser("claims", help="the paper's claims against the rates of OUT",
+                       description="Read OUT/rates.json (written by `hmoe-estim rates OUT`) and "
+                                   "print, per claim of the paper, model and metric, the "
+                                   "measured slope with its 95%% interval, a verdict "
+                                   "(consistent, not consistent, not measurable) and the "
+                                   "caveats, as a reStructuredText table (the documentation's "
+                                   "claims page includes it).")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("--output", metavar="FILE",
+                   help="write the table to FILE (default: print it)")
+    p.add_argument("--format", choices=["rst", "text"], default="rst",
+                   help="rst: a list-table for Sphinx (default); text: for a terminal")
 
     p = sub.add_parser("preset", help="print a built-in study config as TOML")
     p.add_argument("name", choices=["quick", "full"])
@@ -257,6 +271,45 @@ def _plot_path(out, output):
     return output
 
 
+def _claims(args):
+    """``hmoe-estim claims OUT``: the claims table of ``OUT/rates.json``."""
+    from ._claims import claims_table
+    from ._config import StudyConfig
+    from ._store import CONFIG_FILE, RATES_FILE, StudyError, _read_json
+
+    out = os.fspath(args.out)
+    if not os.path.isdir(out):
+        raise StudyError(f"{out!r} does not exist; run a study into it first.")
+    path = os.path.join(out, RATES_FILE)
+    if not os.path.exists(path):
+        raise StudyError(f"{out} has no {RATES_FILE}; write it with `hmoe-estim rates {out}` "
+                         "first.")
+    rates = _read_json(path, RATES_FILE)
+    if not isinstance(rates, dict) or not all(isinstance(v, dict) for v in rates.values()):
+        raise StudyError(f"{path} is not a study's rates ({{model: {{metric: ...}}}}); rewrite "
+                         f"it with `hmoe-estim rates {out}`.")
+    study, r = None, None
+    cfg_path = os.path.join(out, CONFIG_FILE)
+    if os.path.exists(cfg_path):  # the study's name and Voronoi loss, for the table's text
+        try:
+            config = StudyConfig.from_dict(_read_json(cfg_path, CONFIG_FILE))
+        except ValueError as exc:
+            raise StudyError(f"{cfg_path} is unreadable: {exc}") from None
+        study, r = config.name, config.metrics.r
+    text = claims_table(rates, study=study, voronoi_r=r, format=args.format)
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    parent = os.path.dirname(args.output) or "."
+    if not os.path.isdir(parent):
+        raise UsageError(f"--output {args.output!r}: the folder {parent!r} does not exist; "
+                         "create it or give an existing folder.")
+    with open(args.output, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    print(f"claims table written to {args.output}")
+    return 0
+
+
 def _dispatch(args):
     from ._config import load_config, load_preset
 
@@ -304,6 +357,8 @@ def _dispatch(args):
         plot_learning_curves(records, path, rates=rates, labels=labels, title=title)
         print(f"learning curves drawn in {path}")
         return 0
+    if args.command == "claims":
+        return _claims(args)
     if args.command == "preset":
         from importlib import resources
 
