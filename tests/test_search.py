@@ -398,6 +398,10 @@ def test_a_search_runs_on_a_problem_directly():
     # reproducible: the same draws give the same search
     assert [r.objective for r in found.results] == [r.objective for r in again.results]
     assert found.n_passes == again.n_passes
+    # the cost breakdown: race, convergence and the move, adding up to the passes
+    assert set(found.cost) == {"race", "converge", "HeadRestarts"}
+    assert sum(c["passes"] for c in found.cost.values()) == pytest.approx(found.n_passes)
+    assert all(c["seconds"] >= 0 for c in found.cost.values())
 
 
 # -- the status table ------------------------------------------------------------------------
@@ -519,3 +523,20 @@ def test_rounds_race_on_their_own_samples():
     np.testing.assert_array_equal(one.XT, again.XT)
     assert not np.array_equal(one.y, grid.y) and not np.array_equal(one.y, two.y)
     assert problem.subsample(8000, part=3) is problem  # fewer samples than asked: all
+
+
+def test_noiseless_rounds_agree_at_the_rounding_level():
+    """Noiseless data: the rounds' best objectives sit at the rounding level, where
+    ``best / n`` is no unit; they agree, and the search stops on agreement."""
+    from hmoe_estim.solvers import count_agreeing
+
+    assert count_agreeing([1e-32, 3e-31], 100) == 1
+    assert count_agreeing([1e-32, 3e-31], 100, floor=1e-26) == 2
+    X, y = make_hmoe_regression(400, n_features=2, n_experts=1, gate="sdpa", noise=0.0,
+                                random_state=3)
+    problem = make_problem(X, y, (1, 2, 1, 2), "sdpa")
+    search = Search(local=LevenbergMarquardt(max_iter=200), n_starts=2, n_candidates=8,
+                    rounds=4, agree=2, moves=[])
+    found = search.run(problem, make_draw(problem, seed=0))
+    assert min(r.objective for r in found.results) < 1e-20
+    assert found.stop == "agreement" and found.rounds == 2 and found.rounds_agreeing == 2

@@ -166,6 +166,11 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         The settings the search ran with (every ``"auto"`` resolved).
     dropped_ : dict
         Candidates and moves left out because they gave non-finite values: reason -> count.
+    search_cost_ : dict
+        Where the search's work went: phase -> ``{"passes": p, "seconds": s}``, with the
+        phases ``"race"`` (candidates on the race's samples), ``"converge"`` (the kept starts
+        on all the data) and one per move (``"HeadRestarts"``, ...); the passes add up to
+        ``n_kernel_passes_``.
     solver_ : {"lm", "lbfgs"}
         The local solver that ran.
     n_kernel_passes_ : int
@@ -455,6 +460,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         self.reassign_rounds_ = int(found.move_rounds["local"])
         self.schedule_ = found.schedule.to_dict()
         self.dropped_ = dict(found.dropped)
+        self.search_cost_ = {k: dict(v) for k, v in found.cost.items()}
         if not res.converged:
             warnings.warn(
                 f"{local.label} did not converge for the best start ({res.message}) "

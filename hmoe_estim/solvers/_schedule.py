@@ -20,6 +20,8 @@ MOVE_ROUNDS = 10
 AGREE_ROUNDS = 2
 #: Share of the race's candidates that run its second half (successive halving).
 RACE_FRACTION = 4
+#: Fewest samples of the race's first half (it runs on a quarter of the race's samples).
+FIRST_HALF_SAMPLES = 1024
 
 
 @dataclass
@@ -30,6 +32,7 @@ class Schedule:
     n_candidates: int
     race_iter: int
     race_samples: int
+    race_samples_first: int
     rounds: int
     agree: int
     signed: bool
@@ -65,6 +68,8 @@ def resolve(search, problem, local):
     race_samples   4096; MHA: 1024 (its candidates have nearly converged after the race);
                    value/SDPA with ``H > 1``: 1024 (three times the iterations in the same
                    work); each round races on its own grid of samples
+race_samples   a quarter of ``race_samples``, at least 1024: the first half only sorts
+(first half)   out the hopeless three quarters of the candidates
     rounds         value/SDPA gates with tanh, with ``H > 1`` or with ``N >= 3``: 6 (a round
                    is an independent draw of the basin; more tokens, more ways to assign
                    experts to gate regions); otherwise 1
@@ -102,6 +107,7 @@ def resolve(search, problem, local):
             race_samples = 1024 if gate == "none" else 4096
     else:
         race_samples = int(search.race_samples)
+    race_first = min(race_samples, max(FIRST_HALF_SAMPLES, race_samples // 4))
     if _auto(search.rounds):
         rounds = 6 if lm and gated and (signed_gated or several or N >= 3) else 1
     else:
@@ -123,5 +129,5 @@ def resolve(search, problem, local):
     else:
         moves = list(search.moves)
     return Schedule(n_starts=n_starts, n_candidates=n_cand, race_iter=race_iter,
-                    race_samples=race_samples, rounds=rounds, agree=agree, signed=signed,
-                    moves=moves)
+                    race_samples=race_samples, race_samples_first=race_first, rounds=rounds,
+                    agree=agree, signed=signed, moves=moves)

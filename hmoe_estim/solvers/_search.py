@@ -4,10 +4,11 @@ The loss is non-convex; the theory is about its global minimiser. :class:`Search
 it with no oracle (nothing about the truth), only the data and random starts:
 
 - **The race** (successive halving): ``n_candidates`` random starts each run
-  ``race_iter // 2`` iterations of the local solver on at most ``race_samples`` evenly spaced
-  samples, the best quarter the other half; the ``n_starts`` best then run to convergence on
-  all the data, the others are abandoned. A few Gauss–Newton steps already sort most
-  hopeless basins out, and on a subsample they cost a fraction of a pass over the data.
+  ``race_iter // 2`` iterations of the local solver on a subsample (a quarter of
+  ``race_samples``, at least 1024), the best quarter of them the other half on
+  ``race_samples`` samples; the ``n_starts`` best then run to convergence on all the data,
+  the others are abandoned. A few Gauss–Newton steps already sort most hopeless basins out,
+  and on a subsample they cost a fraction of a pass over the data.
 - **Signed weights** where the model has the symmetry ``(ω, a) ≡ (−ω, −a)`` (the linear
   gates; the value and SDPA gates with tanh): the search runs over ``ω ∈ [−ω_max, ω_max]``
   — the same set of functions — and folds every channel with ``ω < 0`` back at the end, so a
@@ -33,7 +34,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from .._defaults import N_STARTS, SOLVERS
-from .._names import GATE_LABELS
+from .._names import LAYER_GATE_LABELS
 from .._validation import check_count, check_positive
 from ..kernels import single_thread_blas
 from ._agreement import AGREE_TOL, count_agreeing
@@ -42,6 +43,9 @@ from ._moves import Move
 from ._schedule import resolve
 
 __all__ = ["Search", "SearchResult"]
+
+#: Objectives below ``ROUNDING · mean(y²)`` are at the rounding level of the targets.
+ROUNDING = 1e-26
 
 
 @dataclass
@@ -56,7 +60,11 @@ class SearchResult:
     ``"rounds"``, or ``"budget"``: the time budget left out a round or a move); ``dropped``:
     reason → number of candidates or moves left out because they gave non-finite values;
     ``schedule``: the resolved settings; ``rounds_agreeing``: rounds whose best start reached
-    the best objective.
+    the best objective; ``cost``: where the work went, ``{phase: {"passes": p, "seconds": s}}``
+    with phases ``"race"`` (the candidates on the race's samples), ``"converge"`` (the kept
+    starts on all the data) and one per move class (its proposals, races and convergence);
+    passes are in passes over the full data and add up to ``n_passes``. (The signed search is
+    no phase: it widens the box the same starts run in.)
     """
 
     results: list
@@ -67,6 +75,7 @@ class SearchResult:
     schedule: object
     dropped: dict = field(default_factory=dict)
     rounds_agreeing: int = 0
+    cost: dict = field(default_factory=dict)
 
     @property
     def best(self):
@@ -198,8 +207,22 @@ class _Run:
         self.t0 = time.perf_counter()
         self.passes = 0.0
         self.dropped = {}
+        # σ̂²/n counts residuals (a layer has several per sample); below the rounding level
+        # of the targets (a noiseless fit) objectives agree whatever their ratio
+        self.n_res = int(getattr(self.problem, "n_residuals", self.problem.n_samples))
+        y = np.asarray(self.problem.y)
+        self.floor = ROUNDING * float(np.mean(y * y)) if y.size else 0.0
         self.cut = False  # the budget left out a round or a move
         self.round = 0
+        self.phase = None  # a move's class name while it runs (its work is booked to it)
+        self.cost = {}
+
+    def book(self, phase, passes, seconds):
+        """Add ``passes`` and ``seconds`` to ``phase`` (a move's work to the move)."""
+        c = self.cost.setdefault(self.phase or phase, {"passes": 0.0, "seconds": 0.0})
+        c["passes"] += passes
+        c["seconds"] += seconds
+        self.passes += passes
 
     def over_budget(self):
         """Whether the time budget is spent (noted: the search then says it was cut)."""
@@ -227,52 +250,68 @@ class _Run:
         kw = dict(n_jobs=self.n_jobs, verbose=self.verbose)
         n_keep = min(n_keep, len(starts))
         race_iter = s.race_iter
+        t0 = time.perf_counter()
         if not (len(starts) > n_keep and race_iter > 0):
             results = local.solve(problem, starts, **kw)
-            self.passes += sum(r.n_passes for r in results)
+            self.book("converge", sum(r.n_passes for r in results), time.perf_counter() - t0)
             return results
         # each round races on its own samples, so that rounds are independent draws
         sub = problem.subsample(s.race_samples, part=self.round)
         # successive halving: every candidate runs r1 iterations, the best 1/race_fraction
-        # of them the rest (one round when that would keep too few)
+        # of them the rest (one round when that would keep too few); the first half on
+        # race_samples_first samples, the second on race_samples
         r1 = race_iter // 2
         halving = r1 > 0 and len(starts) > s.race_fraction * n_keep
-        first = list(local.solve(sub, starts, max_iter=r1 if halving else race_iter, **kw))
+        sub1 = problem.subsample(s.race_samples_first, part=self.round) if halving else sub
+        first = list(local.solve(sub1, starts, max_iter=r1 if halving else race_iter, **kw))
+        n_full = max(problem.n_samples, 1)
+        race_passes = sum(r.n_passes for r in first) * sub1.n_samples / n_full
         objs = np.array([r.objective for r in first])
         n_bad = int(np.sum(~np.isfinite(objs)))
         if n_bad:
             self.drop("race candidate not finite", n_bad)
         if halving:
             mid = np.argsort(objs, kind="stable")[:-(-len(starts) // s.race_fraction)]
-            cont = local.resume(sub, [first[j] for j in mid], max_iter=race_iter - r1, **kw)
+            cont = local.resume(sub, [first[j] for j in mid], max_iter=race_iter - r1,
+                                keep_counts=False, **kw)
             for j, r in zip(mid, cont):
-                first[j] = r  # its passes and iterations include the first round's
+                first[j] = r
+            race_passes += sum(r.n_passes for r in cont) * sub.n_samples / n_full
             objs = np.full(len(first), np.inf)  # the others are out of the race
             objs[mid] = [r.objective for r in cont]
         kept = [int(j) for j in np.argsort(objs, kind="stable")[:n_keep]]
+        t1 = time.perf_counter()
+        self.book("race", race_passes, t1 - t0)  # in passes over the full data
         results = local.resume(problem, [first[j] for j in kept],
                                max_iter=max(1, local.max_iter - race_iter), keep_counts=False,
                                **kw)
-        # the race's passes, in passes over the full data
-        self.passes += sum(r.n_passes for r in first) * sub.n_samples / max(
-            problem.n_samples, 1)
-        self.passes += sum(r.n_passes for r in results)
+        self.book("converge", sum(r.n_passes for r in results), time.perf_counter() - t1)
         return results
 
     # -- moves ---------------------------------------------------------------------------
     def improve(self, best, move):
         """Rounds of ``race(move.propose(best))`` while they lower the objective by more
         than ``1 · σ̂²/n`` (at most ``move_rounds``); returns ``(best, rounds_improved)``."""
-        n = self.problem.n_samples
+        self.phase = type(move).__name__  # the move's work is booked to it
+        try:
+            return self._improve(best, move)
+        finally:
+            self.phase = None
+
+    def _improve(self, best, move):
+        n = self.n_res
         rounds = 0
         for _ in range(self.sched.move_rounds):
             if self.over_budget():
                 break
+            t0 = time.perf_counter()
             try:
                 cands = move.propose(self.problem, best.theta, self.draw)
             except (FloatingPointError, np.linalg.LinAlgError) as exc:
                 self.drop(f"{type(move).__name__}: {exc}")
                 break
+            finally:
+                self.book("propose", 0.0, time.perf_counter() - t0)
             finite = [c for c in cands if np.all(np.isfinite(c))]
             if len(finite) < len(cands):
                 self.drop(f"{type(move).__name__}: candidate not finite",
@@ -317,7 +356,6 @@ class _Run:
             starts.append(draw())
         results, improved, stop = [], {"restart": 0, "local": 0}, "rounds"
         round_best = []  # the best objective of each round (independent races)
-        n = self.problem.n_samples
         r = 0
         for r in range(s.rounds):
             self.round = r
@@ -332,10 +370,11 @@ class _Run:
                     improved[k] += gained[k]
             results += found
             round_best.append(min(f.objective for f in found))
-            agreeing = count_agreeing(round_best, n, AGREE_TOL)
+            agreeing = count_agreeing(round_best, self.n_res, AGREE_TOL, self.floor)
             if self.verbose:
-                print(f"[{GATE_LABELS[self.problem.gate]}] search round {r + 1}: best "
-                      f"objective {min(round_best):.6g}, reached by {agreeing} round(s)")
+                label = LAYER_GATE_LABELS.get(self.problem.gate, self.problem.gate)
+                print(f"[{label}] search round {r + 1}: best objective "
+                      f"{min(round_best):.6g}, reached by {agreeing} round(s)")
             if agreeing >= s.agree and s.rounds > 1:
                 stop = "agreement"
                 break
@@ -345,7 +384,9 @@ class _Run:
             stop = "budget"
         return SearchResult(results=results, n_passes=self.passes, rounds=r + 1,
                             move_rounds=improved, stop=stop, schedule=s, dropped=self.dropped,
-                            rounds_agreeing=count_agreeing(round_best, n, AGREE_TOL))
+                            rounds_agreeing=count_agreeing(round_best, self.n_res, AGREE_TOL,
+                                                           self.floor),
+                            cost=self.cost)
 
 
 def make_search(solver):
