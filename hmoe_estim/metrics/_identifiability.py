@@ -264,7 +264,7 @@ class IdentifiabilityReport:
         Alternatives that are exact (same ``f``) and that this level quotients: their witness
         has Voronoi loss 0 at this level (``.voronoi_loss`` is that loss). Empty at the
         channel level; at the measure level ``token-regroup``, ``token-split`` and
-        ``null-atom`` where they apply (:data:`QUOTIENTED`).
+        ``null-atom`` where they apply.
     quotient_jacobian : JacobianCheck or None
         At the measure level, the Jacobian of ``f`` at the truth in the coordinates of the
         quotient: per-atom weights ``w[h,i,k]`` (token by token) instead of per-channel

@@ -69,7 +69,8 @@ def build_parser():
     p = sub.add_parser("reproduce", help="run the built-in study (MHA vs G1/G2 separation)",
                        description="Run the built-in study (the documentation's experiment "
                                    "template): D=3, H*=1, N*=2, K*=2 "
-                                   "fitted with K=3, sigmoid, sigma=0.1, models none/value/sdpa.")
+                                   "fitted with K=3, sigmoid, sigma=0.1, models none/value/sdpa "
+                                   "(--full: output too, for comparison).")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", dest="preset", action="store_const", const="quick",
                       help="5 sample sizes x 8 replications, about two minutes on 2 cores "
