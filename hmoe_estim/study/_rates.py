@@ -364,7 +364,7 @@ def format_rates_table(rates, *, labels=None):
     interval, the better law, and ``log10 n`` needed for ``ε`` under each law.
     """
     head = (
-        f"{'model':<12} {'metric':<17} {'slope b':>8} {'95% CI of b':>18} "
+        f"{'model':<12} {'metric':<20} {'slope b':>8} {'95% CI of b':>18} "
         f"{'lambda':>7} {'CI of lambda':>17} {'better':>6} {'eps':>9} "
         f"{'log10 n(eps) pow/log':>21}"
     )
@@ -375,13 +375,13 @@ def format_rates_table(rates, *, labels=None):
             if metric in MODEL_KEYS:
                 continue
             if "error" in r:
-                lines.append(f"{name:<12} {metric:<17} (not fitted: {r['error']})")
+                lines.append(f"{name:<12} {metric:<20} (not fitted: {r['error']})")
                 continue
             lo, hi = r["slope_ci"]
             llo, lhi = r["log_lambda_ci"]
             ln = r["log10_n_for_eps"]
             lines.append(
-                f"{name:<12} {metric:<17} {r['slope']:>8.3f} "
+                f"{name:<12} {metric:<20} {r['slope']:>8.3f} "
                 f"{'[' + _fmt(lo) + ', ' + _fmt(hi) + ']':>18} "
                 f"{r['log_lambda']:>7.2f} "
                 f"{'[' + _fmt(llo, '.2f') + ', ' + _fmt(lhi, '.2f') + ']':>17} "
