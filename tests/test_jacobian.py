@@ -70,13 +70,13 @@ def test_gauss_newton_sums_match_numpy_jacobian(gate, activation, shape):
     assert obj == pytest.approx(ssr / n, rel=1e-12)
 
 
-def test_thread_count_does_not_change_the_sums():
+@pytest.mark.parametrize("shape", [(2, 3, 3, 4), (1, 3, 3, 2)])  # P = 118 and 27 (odd)
+def test_thread_count_does_not_change_the_sums(shape):
     import numba
 
-    shape = (2, 3, 3, 4)
     rng = np.random.default_rng(5)
     theta = 0.5 * rng.normal(size=n_params(*shape))
-    XT = np.ascontiguousarray(rng.uniform(-1, 1, size=(4, 40 * BLOCK + 7)))
+    XT = np.ascontiguousarray(rng.uniform(-1, 1, size=(shape[3], 40 * BLOCK + 7)))
     y = rng.normal(size=XT.shape[1])
     old = numba.get_num_threads()
     try:
@@ -131,3 +131,27 @@ def test_interpreted_kernel_matches_compiled():
         np.testing.assert_allclose(got[0], JtJ, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(got[1], Jtr, rtol=1e-10, atol=1e-12)
         assert got[2] == pytest.approx(ssr, rel=1e-12)
+
+
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("shape", [(1, 1, 1, 2), (1, 1, 1, 4), (1, 3, 3, 2), (2, 2, 2, 2)])
+def test_tiled_accumulation_every_row_and_column_remainder(gate, shape):
+    # P = 3, 5, 27 (odd: a last row alone) and 38, with fewer than four columns left over at
+    # the end of some row pairs: every entry of JᵀJ against the explicit Jacobian's J.T @ J
+    rng = np.random.default_rng(7)
+    P = n_params(*shape)
+    theta = 0.7 * rng.normal(size=P)
+    n = 2 * BLOCK + 13
+    XT = np.ascontiguousarray(rng.uniform(-1, 1, size=(shape[3], n)))
+    y = rng.normal(size=n)
+    g, a = GATE_CODES[gate], ACTIVATION_CODES["tanh"]
+    JtJ, Jtr, ssr, colsum, rsum = gauss_newton_sums(theta, XT, y, *shape, g, a, offset=-0.2)
+    J = jacobian_matrix(theta, XT, *shape, g, a)
+    r = predict(theta, XT, *shape, g, a) - 0.2 - y
+    ref = J.T @ J
+    np.testing.assert_array_equal(JtJ, JtJ.T)
+    np.testing.assert_allclose(JtJ, ref, rtol=1e-11, atol=1e-13 * np.abs(ref).max())
+    np.testing.assert_allclose(Jtr, J.T @ r, rtol=1e-11, atol=1e-13 * np.abs(J.T @ r).max())
+    np.testing.assert_allclose(colsum, J.sum(0), rtol=1e-11, atol=1e-13 * np.abs(J).sum(0).max())
+    assert ssr == pytest.approx(r @ r, rel=1e-12)
+    assert rsum == pytest.approx(r.sum(), rel=1e-10, abs=1e-12 * np.abs(r).sum())

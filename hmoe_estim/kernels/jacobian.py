@@ -9,9 +9,10 @@ one pass over the samples accumulates
     JᵀJ (P × P),   Jᵀr (P),   Σ_j r_j²,   Σ_j J[j, :] (P),   Σ_j r_j
 
 without storing the n × P Jacobian: the rows of ``J`` are formed for one block of ``BLOCK``
-samples at a time (``P × BLOCK`` per worker), multiplied out, and dropped. Memory is
-O(P² + n·D). The scalar ``offset`` is an intercept added to ``f``; the column sums let the
-caller append the intercept's column (all ones) to ``J`` in Python, with ``Σ r``:
+samples at a time (``P × BLOCK`` per worker), multiplied out in 2 × 4 register tiles
+(:func:`_accumulate_block`), and dropped. Memory is O(P² + n·D). The scalar ``offset`` is an
+intercept added to ``f``; the column sums let the caller append the intercept's column (all
+ones) to ``J`` in Python, with ``Σ r``:
 ``[J 1]ᵀ[J 1] = [[JᵀJ, ΣJ], [ΣJᵀ, n]]`` and ``[J 1]ᵀr = [Jᵀr, Σr]``.
 
 The derivatives per sample, for head ``h``, token ``i``, channel ``k`` (``g_i = g[h, i](x)``,
@@ -173,45 +174,76 @@ def _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, p
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
-def _accumulate_block(J, res, P, b, acc):
-    """Add the block's upper triangle of ``JᵀJ``, ``Jᵀr``, ``Σr²`` and ``ΣJ`` to ``acc``."""
+def _tile(J, p, q, b):
+    """The 2 × 4 tile ``Σ_t J[p + i, t] J[q + j, t]`` (``i < 2``, ``j < 4``) of one block.
+
+    The register-tiled micro-kernel of :func:`_accumulate_block`: eight sums, vectorised over
+    the samples (``t`` contiguous), load six rows for eight products where one row against
+    four loads five for four. A function of its own, so that LLVM vectorises its loop on its
+    own (inside the caller's nest it left the eight sums scalar).
+    """
     wide_vectors()
-    idx = 0
-    for p in range(P):
+    s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
+    for t in range(b):
+        a0 = J[p, t]
+        a1 = J[p + 1, t]
+        c0 = J[q, t]
+        c1 = J[q + 1, t]
+        c2 = J[q + 2, t]
+        c3 = J[q + 3, t]
+        s00 += a0 * c0
+        s01 += a0 * c1
+        s02 += a0 * c2
+        s03 += a0 * c3
+        s10 += a1 * c0
+        s11 += a1 * c1
+        s12 += a1 * c2
+        s13 += a1 * c3
+    return s00, s01, s02, s03, s10, s11, s12, s13
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
+def _accumulate_block(J, res, P, b, acc):
+    """Add the block's upper triangle of ``JᵀJ``, ``Jᵀr``, ``Σr²`` and ``ΣJ`` to ``acc``.
+
+    Rows ``p, p+1`` of ``JᵀJ`` are formed together, four columns at a time (:func:`_tile`; the
+    tile on the diagonal also forms the one entry below it, dropped), the last columns
+    (fewer than four) and an odd last row by plain dot products. Each entry of ``acc`` gets one
+    sum per block, whose order is fixed by the code: the same bits for any number of threads.
+    """
+    wide_vectors()
+    for p in range(0, P - 1, 2):
+        i0 = p * P - p * (p - 1) // 2 - p  # acc[i0 + q] = entry (p, q) of the upper triangle
+        i1 = i0 + P - p - 1  # row p + 1
         q = p
+        while q + 4 <= P:
+            s00, s01, s02, s03, s10, s11, s12, s13 = _tile(J, p, q, b)
+            acc[i0 + q] += s00
+            acc[i0 + q + 1] += s01
+            acc[i0 + q + 2] += s02
+            acc[i0 + q + 3] += s03
+            if q > p:
+                acc[i1 + q] += s10
+            acc[i1 + q + 1] += s11
+            acc[i1 + q + 2] += s12
+            acc[i1 + q + 3] += s13
+            q += 4
         while q < P:
-            m = P - q if P - q < 4 else 4
-            s0 = s1 = s2 = s3 = 0.0
-            if m == 4:
-                for t in range(b):
-                    jp = J[p, t]
-                    s0 += jp * J[q, t]
-                    s1 += jp * J[q + 1, t]
-                    s2 += jp * J[q + 2, t]
-                    s3 += jp * J[q + 3, t]
-            elif m == 3:
-                for t in range(b):
-                    jp = J[p, t]
-                    s0 += jp * J[q, t]
-                    s1 += jp * J[q + 1, t]
-                    s2 += jp * J[q + 2, t]
-            elif m == 2:
-                for t in range(b):
-                    jp = J[p, t]
-                    s0 += jp * J[q, t]
-                    s1 += jp * J[q + 1, t]
-            else:
-                for t in range(b):
-                    s0 += J[p, t] * J[q, t]
-            acc[idx] += s0
-            if m > 1:
-                acc[idx + 1] += s1
-            if m > 2:
-                acc[idx + 2] += s2
-            if m > 3:
-                acc[idx + 3] += s3
-            idx += m
-            q += m
+            s0 = 0.0
+            s1 = 0.0
+            for t in range(b):
+                s0 += J[p, t] * J[q, t]
+                s1 += J[p + 1, t] * J[q, t]
+            acc[i0 + q] += s0
+            if q > p:
+                acc[i1 + q] += s1
+            q += 1
+    idx = P * (P + 1) // 2
+    if P % 2 == 1:  # the last row alone: its diagonal entry
+        s0 = 0.0
+        for t in range(b):
+            s0 += J[P - 1, t] * J[P - 1, t]
+        acc[idx - 1] += s0
     for p in range(P):
         s0 = 0.0
         s1 = 0.0
