@@ -135,9 +135,10 @@ def test_interpreted_kernel_matches_compiled():
 
 @pytest.mark.parametrize("gate", GATES)
 @pytest.mark.parametrize("shape", [(1, 1, 1, 2), (1, 1, 1, 4), (1, 3, 3, 2), (2, 2, 2, 2)])
-def test_tiled_accumulation_every_row_and_column_remainder(gate, shape):
-    # P = 3, 5, 27 (odd: a last row alone) and 38, with fewer than four columns left over at
-    # the end of some row pairs: every entry of JᵀJ against the explicit Jacobian's J.T @ J
+def test_distinct_entries_and_remainders_against_the_explicit_jacobian(gate, shape):
+    # P = 3, 5, 27 and 38: rows with fewer than four or eight summed columns, entries of JᵀJ
+    # filled in from another of their class (a power of two apart) — every entry against the
+    # explicit Jacobian's J.T @ J
     rng = np.random.default_rng(7)
     P = n_params(*shape)
     theta = 0.7 * rng.normal(size=P)
@@ -155,3 +156,31 @@ def test_tiled_accumulation_every_row_and_column_remainder(gate, shape):
     np.testing.assert_allclose(colsum, J.sum(0), rtol=1e-11, atol=1e-13 * np.abs(J).sum(0).max())
     assert ssr == pytest.approx(r @ r, rel=1e-12)
     assert rsum == pytest.approx(r.sum(), rel=1e-10, abs=1e-12 * np.abs(r).sum())
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (1, 2, 1, 2), (1, 3, 3, 2), (2, 3, 3, 4),
+                                   (2, 2, 2, 3), (1, 2, 1, 5)])
+def test_distinct_entries_are_one_per_class(shape):
+    # the pass sums one entry of each class (same two factors, same monomial of x; the
+    # docstring of _distinct_entries), counted here by brute force over the upper triangle
+    from hmoe_estim.kernels.jacobian import _distinct_entries, _gather
+    from hmoe_estim.kernels.layout import offsets
+
+    H, N, K, D = shape
+    T, o1, o2, P = offsets(*shape)
+    pairs = [(p, q) for p in range(D) for q in range(p, D)]
+    rows = [(("w", k), ()) for k in range(o1)]
+    rows += [(("m", m), pq) for m in range(H * (N - 1)) for pq in pairs]
+    rows += [(("a", r), (d,)) for r in range(H * N * K) for d in range(D)]
+    assert len(rows) == P
+    first = {}
+    for p in range(P):
+        for q in range(p, P):
+            key = (tuple(sorted([rows[p][0], rows[q][0]])), tuple(sorted(rows[p][1] + rows[q][1])))
+            first.setdefault(key, (p, q))
+    ptr, cols = _distinct_entries(*shape)
+    summed = {(p, int(q)) for p in range(P) for q in cols[ptr[p]:ptr[p + 1]]}
+    assert summed == set(first.values())
+    idx, scale = _gather(*shape)
+    assert set(np.unique(scale)) <= {0.25, 0.5, 1.0, 2.0, 4.0}
+    np.testing.assert_array_equal(idx, idx.T)
