@@ -9,11 +9,19 @@ Cases: gates ``none``, ``value``, ``sdpa`` (sigmoid), ``n`` in {1e3, 1e4, 1e5} a
 ``(H, N, K, D)`` in {(1,2,3,2), (2,3,3,4), (4,4,4,8)}. Timings are medians of interleaved
 repeats after warm-up (see :mod:`_common`); the ratio is peer time / hmoe time.
 
+``--gn-ratio`` times, instead of the peers, the Gauss–Newton pass that the Levenberg–Marquardt
+solver runs (``KernelPasses.sums``: ``JᵀJ``, ``Jᵀr``, ``Σr²``) against the objective+gradient
+kernel on the same data, at P = 27 (shape 1,3,3,2) and P = 118 (shape 2,3,3,4), n = 1e4 and
+1e5, with the earlier ``JᵀJ`` accumulation (one row against four columns; kept below as
+:func:`_reference_pass`, the reference) in the same interleaved rounds. It prints both
+ratios ``JᵀJ pass / objective+gradient`` and the CPU.
+
 Usage::
 
     python benchmarks/bench_kernels.py                 # full run, 2 threads
     python benchmarks/bench_kernels.py --quick         # a few small cases
     python benchmarks/bench_kernels.py --json out.json --threads 1
+    python benchmarks/bench_kernels.py --gn-ratio --json benchmarks/results/gn_pass.json
 
 On processors where ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` are set, unset both for this
 command alone (``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python ...``); the header prints
@@ -31,6 +39,8 @@ from _threads import apply_runtime_limits, keep_freed_memory, limit_threads  # n
 
 REFERENCE_SHAPE = (2, 3, 3, 4)
 REFERENCE_N = 100_000
+#: Shapes of the Gauss–Newton ratio (``--gn-ratio``): P = 27 and P = 118.
+GN_SHAPES = ((1, 3, 3, 2), (2, 3, 3, 4))
 
 
 def _shape(text):
@@ -61,6 +71,9 @@ def parse_args(argv=None):
                          "every call; see _threads.keep_freed_memory)")
     ap.add_argument("--no-wait", action="store_true",
                     help="do not wait for a quiet machine before each case")
+    ap.add_argument("--gn-ratio", action="store_true",
+                    help="time the Gauss-Newton (JtJ) pass against objective+gradient instead "
+                         "of the peers (gates from --gates; default value)")
     return ap.parse_args(argv)
 
 
@@ -85,6 +98,9 @@ def main(argv=None):
     limit_threads(args.threads,
                   None if args.omp_wait_policy == "default" else args.omp_wait_policy)
 
+
+    if args.gn_ratio:
+        return gn_ratio(args)
 
     import peers as P
     from _common import environment, geomean, time_interleaved, wait_for_quiet
@@ -189,6 +205,223 @@ def main(argv=None):
             "ratios_from_min": {nm: ratios_min.get(nm) for nm in P.PEER_NAMES},
             "skipped": skipped, "cases": cases, "environment": env,
         }
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _reference_pass():
+    """The Gauss–Newton pass with the earlier ``JᵀJ`` accumulation, as the reference.
+
+    Returns ``entry(theta, XT, y, offset, bv, H, N, K, gate, act, partial, nthreads)``, a
+    compiled pass identical to the package's (same forward and Jacobian blocks, chunks and
+    workers, gate and activation as literal types) except for :func:`old_accumulate`: a copy
+    of ``_accumulate_block`` before the 2 × 4 tiles (one row of ``JᵀJ`` against four columns).
+    Compiled here, after the thread limits, on first use.
+    """
+    from numba import njit, prange, types
+
+    from hmoe_estim.kernels.jacobian import _FM, _jacobian_block
+    from hmoe_estim.kernels.layout import theta_offsets
+    from hmoe_estim.kernels.objective import _PARALLEL, BLOCK, _forward_block, _temporaries
+    from hmoe_estim.kernels.target import wide_vectors
+
+    @njit(error_model="numpy", fastmath=_FM)
+    def old_accumulate(J, res, P, b, acc):
+        wide_vectors()
+        idx = 0
+        for p in range(P):
+            q = p
+            while q < P:
+                m = P - q if P - q < 4 else 4
+                s0 = s1 = s2 = s3 = 0.0
+                if m == 4:
+                    for t in range(b):
+                        jp = J[p, t]
+                        s0 += jp * J[q, t]
+                        s1 += jp * J[q + 1, t]
+                        s2 += jp * J[q + 2, t]
+                        s3 += jp * J[q + 3, t]
+                elif m == 3:
+                    for t in range(b):
+                        jp = J[p, t]
+                        s0 += jp * J[q, t]
+                        s1 += jp * J[q + 1, t]
+                        s2 += jp * J[q + 2, t]
+                elif m == 2:
+                    for t in range(b):
+                        jp = J[p, t]
+                        s0 += jp * J[q, t]
+                        s1 += jp * J[q + 1, t]
+                else:
+                    for t in range(b):
+                        s0 += J[p, t] * J[q, t]
+                acc[idx] += s0
+                if m > 1:
+                    acc[idx + 1] += s1
+                if m > 2:
+                    acc[idx + 2] += s2
+                if m > 3:
+                    acc[idx + 3] += s3
+                idx += m
+                q += m
+        for p in range(P):
+            s0 = 0.0
+            s1 = 0.0
+            for t in range(b):
+                s0 += J[p, t] * res[t]
+                s1 += J[p, t]
+            acc[idx + p] += s0
+            acc[idx + P + 1 + p] += s1
+        s0 = 0.0
+        s1 = 0.0
+        for t in range(b):
+            s0 += res[t] * res[t]
+            s1 += res[t]
+        acc[idx + P] += s0
+        acc[idx + 2 * P + 1] += s1
+
+    @njit(error_model="numpy", fastmath=_FM)
+    def old_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, partial):
+        wide_vectors()
+        D, n = XT.shape
+        P = theta_offsets(H, N, K, D)[3]
+        nchunks = partial.shape[0]
+        nblocks = (n + BLOCK - 1) // BLOCK
+        (x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, v, du, fo, e, coef, work, ones, f,
+         fh, rest) = _temporaries(H, N, K, D, gate, P + 1)
+        J = rest[:P]
+        res = rest[P]
+        for c in range(wk, nchunks, nworkers):
+            acc = partial[c]
+            for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
+                j0 = blk * BLOCK
+                b = n - j0 if n - j0 < BLOCK else BLOCK
+                _forward_block(XT, j0, b, theta, bv, H, N, K, gate, act,
+                               x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work)
+                for t in range(b):
+                    res[t] = f[t] + offset - y[j0 + t]
+                _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u,
+                                phu, dphu, v, du, fo, fh, coef)
+                old_accumulate(J, res, P, b, acc)
+
+    @njit(parallel=_PARALLEL)
+    def old_pass(theta, XT, y, offset, bv, H, N, K, gate, act, partial, nthreads):
+        nworkers = min(nthreads, partial.shape[0])
+        for wk in prange(nworkers):
+            old_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, partial)
+
+    entries = {}
+
+    def entry(theta, XT, y, offset, bv, H, N, K, gate, act, partial, nthreads):
+        key = (gate, act)
+        if key not in entries:
+            i8, f8 = types.int64, types.float64
+            a1, a2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
+            entries[key] = old_pass.compile(
+                (a1, a2, a1, f8, a1, i8, i8, i8, types.literal(int(gate)),
+                 types.literal(int(act)), a2, i8))
+        return entries[key](theta, XT, y, offset, bv, H, N, K, gate, act, partial, nthreads)
+
+    return entry
+
+
+def gn_ratio(args):
+    """``--gn-ratio``: the Gauss–Newton pass against objective+gradient (module docstring)."""
+    import numpy as np
+    import peers as PP
+    from _common import environment, time_interleaved, wait_for_quiet
+
+    from hmoe_estim._names import ACTIVATION_CODES, GATE_CODES
+    from hmoe_estim.kernels import KernelPasses
+    from hmoe_estim.kernels.jacobian import _jchunks, _symmetric_index
+    from hmoe_estim.kernels.objective import (
+        chunk_total,
+        kernel_threads,
+        mixed_values,
+        objective_and_gradient,
+    )
+
+    apply_runtime_limits(args.threads)
+    gates = [g for g in args.gates.split(",") if g] if args.gates != "none,value,sdpa" \
+        else ["value"]
+    sizes = [int(float(v)) for v in args.sizes.split(",")] if args.sizes else [10_000, 100_000]
+    shapes = args.shapes or list(GN_SHAPES)
+    min_time = args.min_time if args.min_time is not None else (0.1 if args.quick else 1.0)
+    env = environment()
+    print(f"bench_kernels --gn-ratio: threads={args.threads}, activation={args.activation}, "
+          f"cpu={env['cpu']} ({env['cpu_count']} CPUs), numba {env['numba']}")
+    import hmoe_estim
+
+    print(f"  hmoe_estim from {os.path.dirname(hmoe_estim.__file__)}")
+    old_entry = _reference_pass()
+    cols = ["H,N,K,D", "P", "n", "gate", "obj+grad ms", "JtJ old ms", "JtJ ms", "old ratio",
+            "ratio", "speed-up", "load"]
+    print()
+    print("  ".join(f"{c:>11}" for c in cols))
+    cases = []
+    for shape in shapes:
+        H, N, K, D = shape
+        for n in sizes:
+            X, y, theta = PP.make_case(shape, n, seed=12345)
+            XT = np.ascontiguousarray(X.T)
+            yc = np.ascontiguousarray(y)
+            P = theta.size
+            ntri = P * (P + 1) // 2
+            width = ntri + 2 * P + 2
+            sym = _symmetric_index(P)
+            for gate in gates:
+                gc, ac = GATE_CODES[gate], ACTIVATION_CODES[args.activation]
+                passes = KernelPasses(XT, yc, shape, gc, ac)
+                partial = np.zeros((_jchunks(n, width)[1], width))
+                bv = mixed_values(theta, H, N, K, D, gc)
+                nthreads = kernel_threads(n)
+
+                def old_sums():
+                    partial.fill(0.0)
+                    old_entry(theta, XT, yc, 0.0, bv, H, N, K, gc, ac, partial, nthreads)
+                    return chunk_total(partial)[sym]
+
+                fns = {
+                    "objgrad": lambda: objective_and_gradient(theta, XT, yc, H, N, K, D, gc, ac),
+                    "jtj_old": old_sums,
+                    "jtj": lambda: passes.sums(theta, 0.0),
+                }
+                new, old = passes.sums(theta, 0.0)[0], old_sums()
+                err = float(np.max(np.abs(new - old)) / np.max(np.abs(old)))
+                if not err <= 1e-12:
+                    print(f"\nFAILED: JtJ of the new and the earlier accumulation differ by "
+                          f"{err:.2e} (shape {shape}, n={n}, gate {gate})", file=sys.stderr)
+                    return 2
+                if not args.no_wait:
+                    wait_for_quiet(max_wait=5 if args.quick else 60)
+                timing = time_interleaved(fns, warmup=2, min_repeats=3 if args.quick else 7,
+                                          max_repeats=200, min_time=min_time,
+                                          block_time=0.02 if args.quick else 0.2, settle=0.0)
+                load = timing.pop("_external_load")
+                med = {k: timing[k]["median"] for k in fns}
+                case = {
+                    "shape": list(shape), "P": P, "n": n, "gate": gate,
+                    "activation": args.activation, "times": timing, "external_load": load,
+                    "max_rel_diff_old_new": err,
+                    "ratio": med["jtj"] / med["objgrad"],
+                    "ratio_old": med["jtj_old"] / med["objgrad"],
+                    "ratio_from_min": timing["jtj"]["min"] / timing["objgrad"]["min"],
+                    "ratio_old_from_min": timing["jtj_old"]["min"] / timing["objgrad"]["min"],
+                }
+                cases.append(case)
+                row = [",".join(map(str, shape)), P, f"{n:.0e}", gate,
+                       f"{med['objgrad'] * 1e3:.2f}", f"{med['jtj_old'] * 1e3:.2f}",
+                       f"{med['jtj'] * 1e3:.2f}", f"{case['ratio_old']:.2f}",
+                       f"{case['ratio']:.2f}", f"{med['jtj_old'] / med['jtj']:.2f}",
+                       "?" if load is None else f"{load:.2f}"]
+                print("  ".join(f"{c!s:>11}" for c in row), flush=True)
+    print("\nratio = JtJ pass (KernelPasses.sums) / objective+gradient, medians of interleaved "
+          f"repeats, {args.threads} threads; old = the earlier accumulation (reference).")
+    if args.json:
+        out = {"benchmark": "bench_kernels --gn-ratio", "threads": args.threads,
+               "quick": args.quick, "cpu": env["cpu"], "cases": cases, "environment": env}
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
         print(f"wrote {args.json}")

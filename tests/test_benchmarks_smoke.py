@@ -43,6 +43,17 @@ def test_bench_kernels_quick_runs():
     assert "Ratios (peer time / hmoe time)" in out, out
 
 
+def test_bench_kernels_gn_ratio_runs():
+    # the Gauss-Newton pass against objective+gradient, with the earlier pass as reference
+    # (the script exits 2 if the two JᵀJ differ)
+    cmd = [sys.executable, os.path.join(BENCH, "bench_kernels.py"), "--gn-ratio", "--quick",
+           "--sizes", "600", "--shapes", "1,2,1,2", "--no-wait", "--threads", "1"]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "JtJ old ms" in res.stdout and "cpu=" in res.stdout, res.stdout
+
+
 def _unpack(theta, shape):
     H, N, K, D = shape
     T = D * (D + 1) // 2

@@ -70,13 +70,13 @@ def test_gauss_newton_sums_match_numpy_jacobian(gate, activation, shape):
     assert obj == pytest.approx(ssr / n, rel=1e-12)
 
 
-def test_thread_count_does_not_change_the_sums():
+@pytest.mark.parametrize("shape", [(2, 3, 3, 4), (1, 3, 3, 2)])  # P = 118 and 27 (odd)
+def test_thread_count_does_not_change_the_sums(shape):
     import numba
 
-    shape = (2, 3, 3, 4)
     rng = np.random.default_rng(5)
     theta = 0.5 * rng.normal(size=n_params(*shape))
-    XT = np.ascontiguousarray(rng.uniform(-1, 1, size=(4, 40 * BLOCK + 7)))
+    XT = np.ascontiguousarray(rng.uniform(-1, 1, size=(shape[3], 40 * BLOCK + 7)))
     y = rng.normal(size=XT.shape[1])
     old = numba.get_num_threads()
     try:
@@ -131,3 +131,56 @@ def test_interpreted_kernel_matches_compiled():
         np.testing.assert_allclose(got[0], JtJ, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(got[1], Jtr, rtol=1e-10, atol=1e-12)
         assert got[2] == pytest.approx(ssr, rel=1e-12)
+
+
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("shape", [(1, 1, 1, 2), (1, 1, 1, 4), (1, 3, 3, 2), (2, 2, 2, 2)])
+def test_distinct_entries_and_remainders_against_the_explicit_jacobian(gate, shape):
+    # P = 3, 5, 27 and 38: rows with fewer than four or eight summed columns, entries of JᵀJ
+    # filled in from another of their class (a power of two apart) — every entry against the
+    # explicit Jacobian's J.T @ J
+    rng = np.random.default_rng(7)
+    P = n_params(*shape)
+    theta = 0.7 * rng.normal(size=P)
+    n = 2 * BLOCK + 13
+    XT = np.ascontiguousarray(rng.uniform(-1, 1, size=(shape[3], n)))
+    y = rng.normal(size=n)
+    g, a = GATE_CODES[gate], ACTIVATION_CODES["tanh"]
+    JtJ, Jtr, ssr, colsum, rsum = gauss_newton_sums(theta, XT, y, *shape, g, a, offset=-0.2)
+    J = jacobian_matrix(theta, XT, *shape, g, a)
+    r = predict(theta, XT, *shape, g, a) - 0.2 - y
+    ref = J.T @ J
+    np.testing.assert_array_equal(JtJ, JtJ.T)
+    np.testing.assert_allclose(JtJ, ref, rtol=1e-11, atol=1e-13 * np.abs(ref).max())
+    np.testing.assert_allclose(Jtr, J.T @ r, rtol=1e-11, atol=1e-13 * np.abs(J.T @ r).max())
+    np.testing.assert_allclose(colsum, J.sum(0), rtol=1e-11, atol=1e-13 * np.abs(J).sum(0).max())
+    assert ssr == pytest.approx(r @ r, rel=1e-12)
+    assert rsum == pytest.approx(r.sum(), rel=1e-10, abs=1e-12 * np.abs(r).sum())
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (1, 2, 1, 2), (1, 3, 3, 2), (2, 3, 3, 4),
+                                   (2, 2, 2, 3), (1, 2, 1, 5)])
+def test_distinct_entries_are_one_per_class(shape):
+    # the pass sums one entry of each class (same two factors, same monomial of x; the
+    # docstring of _distinct_entries), counted here by brute force over the upper triangle
+    from hmoe_estim.kernels.jacobian import _distinct_entries, _gather
+    from hmoe_estim.kernels.layout import offsets
+
+    H, N, K, D = shape
+    T, o1, o2, P = offsets(*shape)
+    pairs = [(p, q) for p in range(D) for q in range(p, D)]
+    rows = [(("w", k), ()) for k in range(o1)]
+    rows += [(("m", m), pq) for m in range(H * (N - 1)) for pq in pairs]
+    rows += [(("a", r), (d,)) for r in range(H * N * K) for d in range(D)]
+    assert len(rows) == P
+    first = {}
+    for p in range(P):
+        for q in range(p, P):
+            key = (tuple(sorted([rows[p][0], rows[q][0]])), tuple(sorted(rows[p][1] + rows[q][1])))
+            first.setdefault(key, (p, q))
+    ptr, cols = _distinct_entries(*shape)
+    summed = {(p, int(q)) for p in range(P) for q in cols[ptr[p]:ptr[p + 1]]}
+    assert summed == set(first.values())
+    idx, scale = _gather(*shape)
+    assert set(np.unique(scale)) <= {0.25, 0.5, 1.0, 2.0, 4.0}
+    np.testing.assert_array_equal(idx, idx.T)

@@ -90,10 +90,11 @@ def _items(gate, act):
     yield (jacobian._jacobian_block,
            (i8, a1, i8, i8, i8, types.literal(int(gate))) + (a2,) * 14 + (a1, a2))
     yield None, None  # the functions above have other signatures elsewhere; those below not
-    yield jacobian._accumulate_block, (a2, a1, i8, i8, a1)
+    n1 = types.Array(i8, 1, "C")
+    yield jacobian._accumulate_block, (a2, a1, i8, i8, a1, n1, n1)
     from . import lm_step
 
-    b1, n1 = types.Array(types.boolean, 1, "C"), types.Array(i8, 1, "C")
+    b1 = types.Array(types.boolean, 1, "C")
     yield lm_step.free_set, (a2, a1, a1, a1, a1, b1, a1)
     yield lm_step.damped_step, (a2, a1, b1, a1, f8, n1, a2, a1, a1)
 

@@ -9,9 +9,12 @@ one pass over the samples accumulates
     JᵀJ (P × P),   Jᵀr (P),   Σ_j r_j²,   Σ_j J[j, :] (P),   Σ_j r_j
 
 without storing the n × P Jacobian: the rows of ``J`` are formed for one block of ``BLOCK``
-samples at a time (``P × BLOCK`` per worker), multiplied out, and dropped. Memory is
-O(P² + n·D). The scalar ``offset`` is an intercept added to ``f``; the column sums let the
-caller append the intercept's column (all ones) to ``J`` in Python, with ``Σ r``:
+samples at a time (``P × BLOCK`` per worker), multiplied out (:func:`_accumulate_block`), and
+dropped. Memory is O(P² + n·D). Entries of ``JᵀJ`` that are equal up to a power of two, by the
+structure of ``J`` (a factor times a monomial of ``x`` per row), are summed once
+(:func:`_distinct_entries`; 60 % of the entries at P = 118) and spread afterwards
+(:func:`_gather`). The scalar ``offset`` is an intercept added to ``f``; the column sums let
+the caller append the intercept's column (all ones) to ``J`` in Python, with ``Σ r``:
 ``[J 1]ᵀ[J 1] = [[JᵀJ, ΣJ], [ΣJᵀ, n]]`` and ``[J 1]ᵀr = [Jᵀr, Σr]``.
 
 The derivatives per sample, for head ``h``, token ``i``, channel ``k`` (``g_i = g[h, i](x)``,
@@ -172,46 +175,148 @@ def _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, p
                 J[p, t] *= fo[2, t]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
-def _accumulate_block(J, res, P, b, acc):
-    """Add the block's upper triangle of ``JᵀJ``, ``Jᵀr``, ``Σr²`` and ``ΣJ`` to ``acc``."""
-    wide_vectors()
-    idx = 0
+@njit(cache=True)
+def _distinct_entries(H, N, K, D):
+    """The entries of the upper triangle of ``JᵀJ`` that the pass sums: ``cols[ptr[p]:ptr[p+1]]``
+    are the columns ``q >= p`` of row ``p``, in increasing order.
+
+    Every row of ``J`` is a per-sample factor times a monomial of ``x`` of degree 0, 1 or 2:
+    ``J[ω_hk] = ∂f/∂ω_hk`` (degree 0), ``J[a_r, d] = c_r x_d`` (the row ``r = (h, i, k)`` of
+    the expert weights, ``c_r`` its factor of the module docstring) and
+    ``J[M_m, pq] = v_m c_pq x_p x_q`` (``m = (h, i)``, ``c_pq`` 1 or 2). An entry of ``JᵀJ`` is
+    therefore ``Σ_j`` (product of two factors) × (monomial of degree up to 4) times a constant
+    1, 2 or 4, and entries with the same two factors and the same monomial differ only by
+    that power of two: ``(a_r, d)·(a_r', d')`` equals ``(a_r, d')·(a_r', d)``,
+    ``(M_m, pq)·(a_r, d)`` depends on ``{p, q, d}``, ``(M_m, pq)·(M_m', p'q')`` on
+    ``{p, q, p', q'}``. The pass sums one entry of each class, the first in row-major order:
+
+    - a row ``ω_hk``: every column ``q >= p``;
+    - a row ``(M_m, pq)``: the columns ``(M_m', p'q')``, ``m' >= m``, with ``p' >= q``, and the
+      columns ``(a_r, d)`` with ``d >= q``;
+    - a row ``(a_r, d)``: the columns ``(a_r', d')``, ``r' >= r``, with ``d' >= d``.
+
+    At shape (2, 3, 3, 4) that is 4193 of the 7021 entries (P = 118); :func:`_gather` fills in
+    the others (:func:`gauss_newton_sums`). Depends only on the shape.
+    """
+    T, o1, o2, P = _offsets(H, N, K, D)
+    Mm = H * (N - 1)
+    R = H * N * K
+    second = np.empty(T, dtype=np.int64)  # q of the pair pq (p <= q, row-major)
+    k = 0
+    for p1 in range(D):
+        for q1 in range(p1, D):
+            second[k] = q1
+            k += 1
+    ptr = np.empty(P + 1, dtype=np.int64)
+    cols = np.empty(P * (P + 1) // 2, dtype=np.int64)
+    n = 0
     for p in range(P):
-        q = p
-        while q < P:
-            m = P - q if P - q < 4 else 4
-            s0 = s1 = s2 = s3 = 0.0
-            if m == 4:
-                for t in range(b):
-                    jp = J[p, t]
-                    s0 += jp * J[q, t]
-                    s1 += jp * J[q + 1, t]
-                    s2 += jp * J[q + 2, t]
-                    s3 += jp * J[q + 3, t]
-            elif m == 3:
-                for t in range(b):
-                    jp = J[p, t]
-                    s0 += jp * J[q, t]
-                    s1 += jp * J[q + 1, t]
-                    s2 += jp * J[q + 2, t]
-            elif m == 2:
-                for t in range(b):
-                    jp = J[p, t]
-                    s0 += jp * J[q, t]
-                    s1 += jp * J[q + 1, t]
-            else:
-                for t in range(b):
-                    s0 += J[p, t] * J[q, t]
-            acc[idx] += s0
+        ptr[p] = n
+        if p < o1:
+            for q in range(p, P):
+                cols[n] = q
+                n += 1
+        elif p < o2:
+            m = (p - o1) // T
+            q1 = second[(p - o1) % T]
+            first = q1 * D - q1 * (q1 - 1) // 2  # the pair (q1, q1)
+            for m2 in range(m, Mm):
+                for j in range(first, T):
+                    cols[n] = o1 + m2 * T + j
+                    n += 1
+            for r in range(R):
+                for d in range(q1, D):
+                    cols[n] = o2 + r * D + d
+                    n += 1
+        else:
+            r = (p - o2) // D
+            d = (p - o2) % D
+            for r2 in range(r, R):
+                for d2 in range(d, D):
+                    cols[n] = o2 + r2 * D + d2
+                    n += 1
+    ptr[P] = n
+    return ptr, cols[:n].copy()
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
+def _dot8(J, p, q, j, b):
+    """``Σ_t J[p, t] J[q[j + k], t]`` for ``k < 8``: the micro-kernel of
+    :func:`_accumulate_block`, vectorised over the samples (a function of its own, so that
+    LLVM vectorises its loop on its own)."""
+    wide_vectors()
+    q0, q1, q2, q3, q4, q5, q6, q7 = q[j], q[j + 1], q[j + 2], q[j + 3], q[j + 4], q[j + 5], \
+        q[j + 6], q[j + 7]
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    for t in range(b):
+        a = J[p, t]
+        s0 += a * J[q0, t]
+        s1 += a * J[q1, t]
+        s2 += a * J[q2, t]
+        s3 += a * J[q3, t]
+        s4 += a * J[q4, t]
+        s5 += a * J[q5, t]
+        s6 += a * J[q6, t]
+        s7 += a * J[q7, t]
+    return s0, s1, s2, s3, s4, s5, s6, s7
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
+def _dot4(J, p, q0, q1, q2, q3, b):
+    """As :func:`_dot8`, four rows ``q``."""
+    wide_vectors()
+    s0 = s1 = s2 = s3 = 0.0
+    for t in range(b):
+        a = J[p, t]
+        s0 += a * J[q0, t]
+        s1 += a * J[q1, t]
+        s2 += a * J[q2, t]
+        s3 += a * J[q3, t]
+    return s0, s1, s2, s3
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
+def _accumulate_block(J, res, P, b, acc, ptr, cols):
+    """Add the block's sums of ``JᵀJ`` (the entries of :func:`_distinct_entries`, at their
+    places in the row-major upper triangle), ``Jᵀr``, ``Σr²`` and ``ΣJ`` to ``acc``.
+
+    Row ``p`` against eight of its columns at a time (:func:`_dot8`), the rest four at a time
+    (:func:`_dot4`; a last group of fewer repeats its last column, summed but not added
+    again). Each entry of ``acc`` gets one sum per block, in an order fixed by the code: the
+    same bits for any number of threads.
+    """
+    wide_vectors()
+    for p in range(P):
+        i0 = p * P - p * (p - 1) // 2 - p  # acc[i0 + q] = entry (p, q) of the upper triangle
+        j = ptr[p]
+        e = ptr[p + 1]
+        while j + 8 <= e:
+            s0, s1, s2, s3, s4, s5, s6, s7 = _dot8(J, p, cols, j, b)
+            acc[i0 + cols[j]] += s0
+            acc[i0 + cols[j + 1]] += s1
+            acc[i0 + cols[j + 2]] += s2
+            acc[i0 + cols[j + 3]] += s3
+            acc[i0 + cols[j + 4]] += s4
+            acc[i0 + cols[j + 5]] += s5
+            acc[i0 + cols[j + 6]] += s6
+            acc[i0 + cols[j + 7]] += s7
+            j += 8
+        while j < e:
+            m = e - j
+            q0 = cols[j]
+            q1 = cols[j + 1] if m > 1 else q0
+            q2 = cols[j + 2] if m > 2 else q1
+            q3 = cols[j + 3] if m > 3 else q2
+            s0, s1, s2, s3 = _dot4(J, p, q0, q1, q2, q3, b)
+            acc[i0 + q0] += s0
             if m > 1:
-                acc[idx + 1] += s1
+                acc[i0 + q1] += s1
             if m > 2:
-                acc[idx + 2] += s2
+                acc[i0 + q2] += s2
             if m > 3:
-                acc[idx + 3] += s3
-            idx += m
-            q += m
+                acc[i0 + q3] += s3
+            j += 4
+    idx = P * (P + 1) // 2
     for p in range(P):
         s0 = 0.0
         s1 = 0.0
@@ -248,6 +353,7 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
      fh, rest) = _temporaries(H, N, K, D, gate, nj + 1)
     J = rest[:nj]
     res = rest[nj]
+    ptr, cols = _distinct_entries(H, N, K, D if sums else 1)
     for c in range(wk, nchunks, nworkers):
         acc = partial[c]
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
@@ -265,7 +371,54 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
                     res[t] = f[t] + offset - y[j0 + t]
                 _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u,
                                 phu, dphu, v, du, fo, fh, coef)
-                _accumulate_block(J, res, P, b, acc)
+                _accumulate_block(J, res, P, b, acc, ptr, cols)
+
+
+@functools.lru_cache(maxsize=16)
+def _gather(H, N, K, D):
+    """``(idx, scale)``, both (P, P): ``JᵀJ = total[idx] * scale`` from the summed chunks.
+
+    ``idx[p, q]`` is the place in the upper triangle of the entry summed for the class of
+    ``(min(p, q), max(p, q))`` (:func:`_distinct_entries`), ``scale`` the power of two (1/4 to
+    4, so exact) between the two: the ratio of the constants ``c_pq`` of the rows of ``M``.
+    """
+    T, o1, o2, P = _offsets(H, N, K, D)
+    ptr, cols = _distinct_entries(H, N, K, D)
+    Mm = H * (N - 1)
+    pairs = [(p, q) for p in range(D) for q in range(p, D)]
+    # per row: factor, monomial (two indices of x, D for none), constant
+    fac = np.empty(P, dtype=np.int64)
+    mono = np.full((P, 2), D, dtype=np.int64)
+    const = np.ones(P)
+    fac[:o1] = np.arange(o1)
+    for m in range(Mm):
+        for k, (p, q) in enumerate(pairs):
+            row = o1 + m * T + k
+            fac[row], mono[row] = o1 + m, (p, q)
+            const[row] = 1.0 if p == q else 2.0
+    rows = np.arange(o2, P)
+    fac[o2:] = o1 + Mm + (rows - o2) // D
+    mono[o2:, 0] = (rows - o2) % D
+    iu, ju = np.triu_indices(P)
+    F = o1 + Mm + H * N * K
+    fa, fb = np.minimum(fac[iu], fac[ju]), np.maximum(fac[iu], fac[ju])
+    m4 = np.sort(np.concatenate([mono[iu], mono[ju]], axis=1), axis=1)
+    code = ((m4[:, 0] * (D + 1) + m4[:, 1]) * (D + 1) + m4[:, 2]) * (D + 1) + m4[:, 3]
+    key = (fa * F + fb) * (D + 1) ** 4 + code
+    rows_of = np.repeat(np.arange(P), np.diff(ptr))
+    summed = rows_of * P - rows_of * (rows_of - 1) // 2 + (cols - rows_of)
+    order = np.argsort(key[summed], kind="stable")
+    pos = np.searchsorted(key[summed][order], key)
+    rep = summed[order][np.minimum(pos, summed.size - 1)]
+    if summed.size and not (np.array_equal(key[rep], key)
+                            and np.unique(key[summed]).size == summed.size):
+        raise AssertionError("JᵀJ classes of the Gauss-Newton pass are not distinct")
+    idx = np.empty((P, P), dtype=np.int64)
+    scale = np.empty((P, P))
+    sc = const[iu] * const[ju] / (const[iu[rep]] * const[ju[rep]])  # rep: a place in the triangle
+    idx[iu, ju] = idx[ju, iu] = rep
+    scale[iu, ju] = scale[ju, iu] = sc
+    return idx, scale
 
 
 @functools.lru_cache(maxsize=64)
@@ -383,7 +536,8 @@ def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
     partial = np.zeros((_jchunks(n, width)[1], width))
     _run_pass(theta, XT, y, float(offset), H, N, K, D, gate, act, partial, _EMPTY, True)
     total = chunk_total(partial)
-    JtJ = total[_symmetric_index(P)]  # the upper triangle, mirrored
+    idx, scale = _gather(int(H), int(N), int(K), int(D))
+    JtJ = total[idx] * scale  # the summed entries, spread over the upper triangle, mirrored
     return (JtJ, total[ntri:ntri + P].copy(), float(total[ntri + P]),
             total[ntri + P + 1:ntri + 2 * P + 1].copy(), float(total[ntri + 2 * P + 1]))
 

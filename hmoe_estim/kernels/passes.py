@@ -11,7 +11,7 @@ from functools import partial as partial_call
 
 import numpy as np
 
-from .jacobian import _entry, _jchunks, _symmetric_index
+from .jacobian import _entry, _gather, _jchunks
 from .layout import offsets
 from .objective import GATE_NONE, GATE_OUTPUT, _chunks, chunk_total, kernel_threads, mixed_values
 
@@ -46,7 +46,7 @@ class KernelPasses:
         partial = np.zeros((_jchunks(n, width)[1], width))
         no_sums = np.zeros((_chunks(n)[1], 0))  # a forward pass: the chunks only split the work
         out = np.empty(n)
-        sym = _symmetric_index(P)
+        sym, scale = _gather(H, N, K, D)
         zeros = np.zeros(ntri + P + 1)
         empty = np.zeros(0)
         self.n, self.shape = n, (H, N, K, D)
@@ -84,7 +84,7 @@ class KernelPasses:
             # JᵀJ, Jᵀr and Σr² all finite iff Σ_p total_p · 0 is: a finite entry gives ±0,
             # an infinite or NaN one NaN (one dot product instead of isfinite(...).all())
             finite = math.isfinite(total[:ntri + P + 1].dot(zeros))
-            return (total[sym], total[ntri:ntri + P], float(total[ntri + P]),
+            return (total[sym] * scale, total[ntri:ntri + P], float(total[ntri + P]),
                     total[ntri + P + 1:ntri + 2 * P + 1], float(total[ntri + 2 * P + 1]), finite)
 
         self.values, self.sums = values, sums
