@@ -315,7 +315,7 @@ def test_study_verdicts_and_rates_annotation():
         "not identifiable (mha-fibre)", "identifiable"]
     rates = {name: {"voronoi_loss": {"slope": -0.5}, "regression_error": {"slope": -0.5}}
              for name in names}
-    annotate_rates(rates, cfg)
+    annotate_rates(rates, cfg, verdicts=verdicts)
     assert rates[names[1]]["voronoi_loss"]["reading"].startswith("not a rate")
     assert rates[names[4]]["voronoi_loss"]["reading"] == "rate"
     assert rates[names[0]]["voronoi_loss"]["reading"].startswith("not a rate: not identifiable")

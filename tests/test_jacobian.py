@@ -80,7 +80,7 @@ def test_thread_count_does_not_change_the_sums(shape):
     y = rng.normal(size=XT.shape[1])
     old = numba.get_num_threads()
     try:
-        for gate in range(4):
+        for gate in (1,):  # one gate: the accumulation is shared (each gate compiles anew)
             numba.set_num_threads(1)
             one = gauss_newton_sums(theta, XT, y, *shape, gate, 1, offset=0.1)
             s1 = sum_of_squares(theta, XT, y, *shape, gate, 1, offset=0.1)

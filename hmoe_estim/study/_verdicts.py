@@ -90,7 +90,7 @@ def _reading(rec, slow):
     return reading
 
 
-def annotate_rates(rates, config, truth=None):
+def annotate_rates(rates, config, truth=None, verdicts=None):
     """Add the identifiability verdict to a study's rates (``rates.json``), in place.
 
     Each model gets ``rates[model]["identifiability"]`` (:func:`study_verdicts`), and each
@@ -104,7 +104,8 @@ def annotate_rates(rates, config, truth=None):
     every model (Proposition 1).
 
     A study that cannot be assessed (``K < K*``, which a study config allows) gets the verdict
-    ``"unknown"`` with the reason, instead of an error.
+    ``"unknown"`` with the reason, instead of an error. ``verdicts``: the output of
+    :func:`study_verdicts` for this config, when the caller has it already.
 
     Returns
     -------
@@ -112,7 +113,8 @@ def annotate_rates(rates, config, truth=None):
         ``rates``.
     """
     try:
-        verdicts = study_verdicts(config, truth)
+        if verdicts is None:
+            verdicts = study_verdicts(config, truth)
     except ValueError as exc:
         rec = {"identifiable": "unknown", "verdict": "unknown", "reason": str(exc),
                "obstructions": [], "near_alternatives": [],
