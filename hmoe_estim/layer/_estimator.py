@@ -7,9 +7,9 @@ minimises the mean squared residual over all of them at once:
 
     θ̂ ∈ argmin_θ Σ_{samples, rows, columns} (Y − f_θ(X))² / m
 
-with ``f_θ`` the layer's output (:func:`~hmoe_estim.layer.attention_layer_output`) and ``θ``
-its packed vector (:class:`~hmoe_estim.layer.LayerLayout`). ``fit`` reads as the method:
-validate, build a :class:`~hmoe_estim.layer.LayerProblem`, run the package's
+with ``f_θ`` the layer's output (``hmoe_estim.layer.attention_layer_output``) and ``θ``
+its packed vector (``hmoe_estim.layer.LayerLayout``). ``fit`` reads as the method:
+validate, build a ``hmoe_estim.layer.LayerProblem``, run the package's
 :class:`~hmoe_estim.solvers.Search` with Levenberg–Marquardt on the layer kernel's analytic
 Jacobian, keep the best start.
 """
@@ -45,7 +45,7 @@ _MEASURE_GATES = ("none", "value", "sdpa", "output")
 class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     """Least-squares fit of a whole (gated) multi-head attention layer.
 
-    The model is the layer of :func:`~hmoe_estim.layer.attention_layer_output` (conventions of
+    The model is the layer of ``hmoe_estim.layer.attention_layer_output`` (conventions of
     :func:`~hmoe_estim.attention.multihead_attention`): on a token matrix ``X ∈ R^{N×d}``,
     head ``h`` outputs ``softmax(s) X W_V,h`` (scores ``s_ij = x_iᵀ P_h x_j``,
     ``P_h = W_Q,h W_K,hᵀ / sqrt(d_v)``), gated at the chosen position, and the layer outputs
@@ -103,7 +103,7 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     ``rounds = 4`` rounds, stopping once ``agree = 2`` independent rounds reach the best
     objective (within ``σ̂²/m``); no moves (the moves of the search redraw or reassign the
     experts of one entry's measure, which a layer does not have); ``signed=False`` (``W_O``
-    is signed already). Starts are :func:`~hmoe_estim.layer.random_attention_layer` draws
+    is signed already). Starts are ``hmoe_estim.layer.random_attention_layer`` draws
     scaled to the data: the input weights divided by the root mean square of ``X`` (``P``
     by its square), ``W_O`` multiplied by the standard deviation of ``Y`` (not for G5,
     whose output is ``φ``'s), the intercept at the mean of ``Y``. Every weight lies in
