@@ -41,6 +41,7 @@ _LAZY = {
     "MHARegressor": "estimators",
     "G1Regressor": "estimators",
     "G2Regressor": "estimators",
+    "AttentionLayerRegressor": "layer",
     "voronoi_loss": "metrics",
     "voronoi_cells": "metrics",
     "expert_error": "metrics",
