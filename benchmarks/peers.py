@@ -41,7 +41,8 @@ import numpy as np
 
 __all__ = [
     "GATES", "ACTIVATIONS", "PEER_NAMES", "available_peers", "make_peer",
-    "make_hmoe", "make_numpy", "make_torch", "make_jax", "make_case", "pair_products",
+    "make_hmoe", "make_numpy", "make_torch", "torch_loss", "make_jax", "make_case",
+    "pair_products",
 ]
 
 GATES = ("none", "value", "sdpa", "output")
@@ -219,8 +220,13 @@ def _torch():
     return torch
 
 
-def make_torch(X, y, shape, gate="none", activation="sigmoid"):
-    """PyTorch (CPU, float64, autograd) objective and gradient: ``fg(theta) -> (L, grad)``."""
+def torch_loss(X, y, shape, gate="none", activation="sigmoid"):
+    """The PyTorch forward pass: ``loss(theta) -> L`` on a float64 tensor ``theta`` (P,).
+
+    The data-only tensors are built once here; ``loss`` is differentiable by autograd
+    (:func:`make_torch` wraps it as ``fg``; ``bench_peers_fit.py`` optimises it with
+    ``torch.optim.LBFGS``).
+    """
     _check(shape, gate, activation)
     torch = _torch()
     H, N, K, D = shape
@@ -257,6 +263,14 @@ def make_torch(X, y, shape, gate="none", activation="sigmoid"):
                 f = act(f)
         r = f - yt
         return (r * r).mean()
+
+    return loss
+
+
+def make_torch(X, y, shape, gate="none", activation="sigmoid"):
+    """PyTorch (CPU, float64, autograd) objective and gradient: ``fg(theta) -> (L, grad)``."""
+    loss = torch_loss(X, y, shape, gate, activation)
+    torch = _torch()
 
     def fg(theta):
         t = torch.tensor(np.asarray(theta, dtype=np.float64), requires_grad=True)

@@ -231,3 +231,51 @@ def test_bench_solver_wide_shards_merge(tmp_path):
             {k: v for k, v in c2.items() if k != "result"}
     assert both["report"]["groups"][1:] != [] and [r[:4] for r in both["report"]["groups"]] == \
         [r[:4] for r in rep["groups"]]
+
+
+def _run_peers_fit(tmp_path, *extra, hide_torch=False):
+    import json
+
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if hide_torch:
+        # a module named torch that fails to import, ahead of any installed one (as in CI)
+        fake = tmp_path / "no_torch"
+        fake.mkdir()
+        (fake / "torch.py").write_text("raise ImportError('hidden by the smoke test')\n")
+        env["PYTHONPATH"] = str(fake) + os.pathsep + env["PYTHONPATH"]
+    out = tmp_path / "peers_fit.json"
+    cmd = [sys.executable, os.path.join(BENCH, "bench_peers_fit.py"), "--quick", "--no-wait",
+           "--threads", "1", "--json", str(out), *extra]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "CPU:" in res.stdout and "median σ²/n vs truth" in res.stdout, res.stdout
+    return res.stdout, json.loads(out.read_text())
+
+
+def test_bench_peers_fit_quick_without_torch(tmp_path):
+    """Without PyTorch the torch methods are reported as unavailable and skipped."""
+    out, data = _run_peers_fit(tmp_path, hide_torch=True)
+    assert "PyTorch unavailable" in out, out
+    assert "torch" in data["unavailable"]
+    assert len(data["records"]) == 2  # --quick: two cases, one truth each
+    for rec in data["records"]:
+        assert set(rec["methods"]) == {"lm", "lbfgs", "trf"}
+        for r in rec["methods"].values():
+            assert np.isfinite(r["objective"]) and r["wall"] > 0
+            assert r["failure"] == (r["excess_sigma2_over_n"] > data["cert_tol"])
+    for entry in data["summary"].values():
+        assert set(entry["rows"]) == {"lm", "lbfgs", "trf"} and "torch_match" not in entry
+
+
+def test_bench_peers_fit_quick_with_torch(tmp_path):
+    pytest.importorskip("torch")
+    out, data = _run_peers_fit(tmp_path, "--methods", "lm,torch", "--cases", "one-sigmoid")
+    assert "sigmoid(u)" in out and "PyTorch L-BFGS against the default" in out, out
+    (rec,) = data["records"]
+    assert set(rec["methods"]) == {"lm", "torch4", "torch6"}
+    starts = rec["torch_starts"]
+    assert len(starts) == 6
+    # the 4-start fit is the best of the first 4 of the same starts
+    assert rec["methods"]["torch4"]["objective"] == min(s["objective"] for s in starts[:4])
+    assert rec["methods"]["torch6"]["objective"] <= rec["methods"]["torch4"]["objective"]
+    assert "torch_match" in data["summary"]["one-sigmoid"]
