@@ -52,6 +52,8 @@ import math
 import numpy as np
 from numba import njit
 
+from .lm_step import LMWorkspace
+
 __all__ = [
     "layer_offsets",
     "layer_values",
@@ -414,14 +416,6 @@ class LayerPasses:
             return A, g, float(ssr), colsum, float(rsum), finite
 
         self.values, self.sums = values, sums
-        self._workspace = {}
+        #: scratch arrays of the iterations: ``workspace(P)`` (:class:`~.lm_step.LMWorkspace`)
+        self.workspace = LMWorkspace()
 
-    def workspace(self, P):
-        """Scratch arrays of :func:`~.lm_step.free_set` and :func:`~.lm_step.damped_step` for
-        ``P`` parameters (as :meth:`KernelPasses.workspace`)."""
-        ws = self._workspace.get(P)
-        if ws is None:
-            ws = self._workspace[P] = (
-                np.empty(P, dtype=np.bool_), np.empty(P), np.empty(P, dtype=np.int64),
-                np.empty((P, P)), np.empty(P), np.empty(P), np.empty(P))
-        return ws

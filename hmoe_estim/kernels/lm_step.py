@@ -2,14 +2,31 @@
 
 :func:`free_set` — the parameters not held at a bound of the box by the gradient, and the
 damping scale; :func:`damped_step` — the damped Gauss–Newton step on them by Cholesky. Both
-write into the caller's workspace (:meth:`~hmoe_estim.kernels.passes.KernelPasses.workspace`)
+write into the caller's workspace (:class:`LMWorkspace`, which the passes objects own)
 and allocate nothing, so nothing but these two functions compiles on a cold start.
 """
 
 import numpy as np
 from numba import njit
 
-__all__ = ["damped_step", "free_set"]
+__all__ = ["damped_step", "free_set", "LMWorkspace"]
+
+
+class LMWorkspace:
+    """The scratch arrays of :func:`free_set` and :func:`damped_step`, one set per number of
+    parameters ``P``, kept for the starts of a batch (the passes objects own one)."""
+
+    def __init__(self):
+        self._arrays = {}
+
+    def __call__(self, P):
+        """``(free, dscale, idx, L, w, s_gn, s)`` for ``P`` parameters."""
+        ws = self._arrays.get(P)
+        if ws is None:
+            ws = self._arrays[P] = (
+                np.empty(P, dtype=np.bool_), np.empty(P), np.empty(P, dtype=np.int64),
+                np.empty((P, P)), np.empty(P), np.empty(P), np.empty(P))
+        return ws
 
 
 @njit(cache=True)

@@ -13,6 +13,7 @@ import numpy as np
 
 from .jacobian import _entry, _gather, _jchunks
 from .layout import offsets
+from .lm_step import LMWorkspace
 from .objective import GATE_NONE, GATE_OUTPUT, _chunks, chunk_total, kernel_threads, mixed_values
 
 __all__ = ["KernelPasses"]
@@ -88,14 +89,6 @@ class KernelPasses:
                     total[ntri + P + 1:ntri + 2 * P + 1], float(total[ntri + 2 * P + 1]), finite)
 
         self.values, self.sums = values, sums
-        self._workspace = {}
+        #: scratch arrays of the iterations: ``workspace(P)`` (:class:`~.lm_step.LMWorkspace`)
+        self.workspace = LMWorkspace()
 
-    def workspace(self, P):
-        """Scratch arrays of :func:`~.lm_step.free_set` and :func:`~.lm_step.damped_step` for
-        ``P`` parameters."""
-        ws = self._workspace.get(P)
-        if ws is None:
-            ws = self._workspace[P] = (
-                np.empty(P, dtype=np.bool_), np.empty(P), np.empty(P, dtype=np.int64),
-                np.empty((P, P)), np.empty(P), np.empty(P), np.empty(P))
-        return ws
