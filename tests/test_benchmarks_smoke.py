@@ -279,3 +279,20 @@ def test_bench_peers_fit_quick_with_torch(tmp_path):
     assert rec["methods"]["torch4"]["objective"] == min(s["objective"] for s in starts[:4])
     assert rec["methods"]["torch6"]["objective"] <= rec["methods"]["torch4"]["objective"]
     assert "torch_match" in data["summary"]["one-sigmoid"]
+
+
+def test_bench_fit_scaling_quick_runs(tmp_path):
+    # whole default fits at n = 300 and 1000 in one subprocess, and the wide suite's P table
+    out = tmp_path / "fit_scaling.json"
+    cmd = [sys.executable, os.path.join(BENCH, "bench_fit_scaling.py"), "--quick", "--no-wait",
+           "--threads", "1", "--json", str(out)]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Fit time against n" in res.stdout and "time ~ n^b" in res.stdout, res.stdout
+    import json
+
+    data = json.loads(out.read_text())
+    assert [r["n"] for r in data["vs_n"]["rows"]] == [300, 1000]
+    assert all(f["passes"] > 0 and f["wall"] > 0 for r in data["runs"] for f in r["fits"])
+    assert data["vs_P"] is None or data["vs_P"]["exponent_cpu"] is not None
