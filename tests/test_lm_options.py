@@ -155,3 +155,9 @@ def test_race_subsample_per_gate(gate, samples, monkeypatch):
               for _ in range(3)]
     _race(problem, starts, n_keep=1, race_iter=2, max_iter=5, signed=False)
     assert seen == [samples, 5000]  # the race on the subsample, the kept start on all
+    # with successive halving, the first half on a quarter of the samples (at least 1024)
+    seen.clear()
+    starts = [np.clip(rng.normal(size=n_params(*shape)), problem.lower, problem.upper)
+              for _ in range(9)]
+    _race(problem, starts, n_keep=1, race_iter=2, max_iter=5, signed=False)
+    assert seen == [max(1024, samples // 4), samples, 5000]

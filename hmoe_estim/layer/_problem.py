@@ -14,6 +14,7 @@ Not yet: the ridge penalty (``alpha`` must be 0), signed weights and sign foldin
 
 import numpy as np
 
+from ..solvers import subsample_indices
 from ._parameters import LayerLayout, check_form
 
 __all__ = ["LayerProblem"]
@@ -91,12 +92,9 @@ class LayerProblem:
         """The problem on at most ``m`` token matrices: evenly spaced for ``part`` 0, a random
         draw seeded by ``part`` otherwise (as :meth:`hmoe_estim.solvers.Problem.subsample`)."""
         n = self.n_samples
-        if n <= m:
+        idx = subsample_indices(n, m, part)
+        if idx is None:
             return self
-        if part:
-            idx = np.sort(np.random.default_rng(int(part)).choice(n, m, replace=False))
-        else:
-            idx = np.linspace(0, n - 1, m).round().astype(np.int64)
         per = self.y.size // n
         y = self.y.reshape(n, per)[idx].reshape(-1)
         return self._copy(X=np.ascontiguousarray(self.X[idx]), y=np.ascontiguousarray(y))

@@ -19,6 +19,7 @@ from .._lazy import attach
 _LAZY = {
     "Problem": "_problem",
     "has_sign_symmetry": "_problem",
+    "subsample_indices": "_problem",
     "SolveResult": "_result",
     "MESSAGES": "_result",
     "LocalSolver": "_local",

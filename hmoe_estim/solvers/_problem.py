@@ -19,7 +19,7 @@ from ..kernels import (
     penalty_weights,
 )
 
-__all__ = ["Problem", "has_sign_symmetry", "ODD_ACTIVATIONS"]
+__all__ = ["Problem", "has_sign_symmetry", "subsample_indices", "ODD_ACTIVATIONS"]
 
 #: Odd activations: ``φ(−z) = −φ(z)``.
 ODD_ACTIVATIONS = ("tanh",)
@@ -31,6 +31,17 @@ def has_sign_symmetry(gate, activation):
     check_gate(gate)
     check_activation(activation)
     return gate in ("none", "output") or activation in ODD_ACTIVATIONS
+
+
+def subsample_indices(n, m, part=0):
+    """The samples of a subsample of at most ``m`` of ``n``: evenly spaced for ``part`` 0 (sorted
+    data stay covered), a sorted random draw seeded by ``part`` otherwise (so that the rounds
+    of a search race on different samples, reproducibly); ``None`` when ``n <= m`` (all)."""
+    if n <= m:
+        return None
+    if part:
+        return np.sort(np.random.default_rng(int(part)).choice(n, m, replace=False))
+    return np.linspace(0, n - 1, m).round().astype(np.int64)
 
 
 class Problem:
@@ -90,13 +101,9 @@ class Problem:
         """The problem on at most ``m`` samples: evenly spaced for ``part`` 0 (sorted data stay
         covered), a random draw seeded by ``part`` otherwise (so that the rounds of a search
         race on different samples, reproducibly)."""
-        n = self.n_samples
-        if n <= m:
+        idx = subsample_indices(self.n_samples, m, part)
+        if idx is None:
             return self
-        if part:
-            idx = np.sort(np.random.default_rng(int(part)).choice(n, m, replace=False))
-        else:
-            idx = np.linspace(0, n - 1, m).round().astype(np.int64)
         return self._copy(XT=np.ascontiguousarray(self.XT[:, idx]),
                           y=np.ascontiguousarray(self.y[idx]))
 
