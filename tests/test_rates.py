@@ -138,6 +138,11 @@ def test_rates_from_records_and_table():
         rates["none"]["voronoi_loss"]["slope"])
     assert "error" in rates["none"]["expert_error"]
     assert rates["none"]["expert_error"]["skipped"] == n.size
+    # a metric no record has: an error, except a measure-level one (a gate without it)
+    absent = rates_from_records(records, metrics=("voronoi_exact", "voronoi_loss_measure"),
+                                n_boot=10)
+    assert "error" in absent["none"]["voronoi_exact"]
+    assert "voronoi_loss_measure" not in absent["none"]
     json.dumps(rates, allow_nan=False)  # JSON-clean
     table = format_rates_table(rates)
     assert "voronoi_loss" in table and "not fitted" in table

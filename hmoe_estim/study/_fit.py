@@ -20,17 +20,17 @@ import warnings
 import numpy as np
 
 from ._plan import near_truth_starts, reference_sample_for, true_measure
+from ._rates import MEASURE_METRICS
 from ._seeds import _child_seeds
 
 __all__ = ["run_fit", "measure_level_metrics", "with_measure_level"]
 
-#: The record fields of the measure-level reading (gates where the measure determines f).
-MEASURE_FIELDS = ("voronoi_loss_measure", "expert_error_measure")
 
 
 def measure_level_metrics(G, truth, *, gate, activation, X_ref, r):
-    """The measure-level Voronoi loss and expert error of the fitted ``G`` (record fields
-    :data:`MEASURE_FIELDS`); ``{}`` for a gate whose ``f`` the measure does not determine."""
+    """The measure-level Voronoi loss and expert error of the fitted ``G`` (the record fields
+    ``MEASURE_METRICS`` of ``study/_rates.py``); ``{}`` for a gate whose ``f`` the measure
+    does not determine."""
     from ..metrics import MEASURE_GATES, expert_error, voronoi_loss
 
     if gate not in MEASURE_GATES:
@@ -51,7 +51,7 @@ def with_measure_level(config, records):
 
     def stale(rec):
         return (rec.get("gate") in MEASURE_GATES and rec.get("measure") is not None
-                and any(f not in rec for f in MEASURE_FIELDS))
+                and any(f not in rec for f in MEASURE_METRICS))
 
     if not any(stale(rec) for rec in records):
         return records

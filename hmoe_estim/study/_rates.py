@@ -40,11 +40,14 @@ __all__ = [
 #: Entries of a model in ``rates.json`` that describe the model's fits, not a metric's rate.
 MODEL_KEYS = ("certificate", "identifiability")
 
+#: The measure-level metrics: only fits of a gate with that reading record them.
+MEASURE_METRICS = ("voronoi_loss_measure", "expert_error_measure")
+
 #: Metrics of a study record for which rates are fitted by default.
 RATE_METRICS = (
     "voronoi_loss", "voronoi_exact", "voronoi_over", "extra_weight", "expert_error",
-    "regression_error", "voronoi_loss_measure", "expert_error_measure",
-)
+    "regression_error",
+) + MEASURE_METRICS
 
 #: The stated criterion for ``better_law``.
 CRITERION = (
@@ -307,8 +310,8 @@ def rates_from_records(records, *, metrics=RATE_METRICS, eps=None, n_boot=2000, 
     records : iterable of dict
         Study results (``results.jsonl`` lines): each has ``model``, ``n`` and the metrics.
         Records whose metric is missing, None or not finite are skipped (and counted); a
-        metric that none of a model's records has (a measure-level reading of a gate that
-        has none) is left out of that model. The
+        measure-level metric (``voronoi_loss_measure``, ``expert_error_measure``) that none
+        of a model's records has (a gate without that reading) is left out of that model. The
         bootstrap depends on the order of the replications inside each ``n``: pass the records
         in a canonical order (:func:`hmoe_estim.study.sort_records`) for results that do not
         depend on the order in which fits finished.
@@ -331,7 +334,7 @@ def rates_from_records(records, *, metrics=RATE_METRICS, eps=None, n_boot=2000, 
     for model, recs in by_model.items():
         out[model] = {}
         for metric in metrics:
-            if not any(metric in r for r in recs):
+            if metric in MEASURE_METRICS and not any(metric in r for r in recs):
                 continue
             pairs = [
                 (r["n"], r[metric])

@@ -7,14 +7,13 @@ and activations are identifiable").
 """
 
 from ._plan import true_measure
+from ._rates import MEASURE_METRICS
 
 __all__ = ["study_verdicts", "annotate_rates"]
 
 #: Metrics of a study whose slopes are parameter rates only for an identifiable model.
 PARAMETER_METRICS = ("voronoi_loss", "voronoi_exact", "voronoi_over", "extra_weight",
                      "expert_error")
-#: The same at the measure level: read with the measure-level verdict.
-MEASURE_METRICS = ("voronoi_loss_measure", "expert_error_measure")
 
 
 def study_verdicts(config, truth=None):
