@@ -345,6 +345,20 @@ def layer_parameter_errors(layer, true_layer, *, heads=None):
     ValueError
         Layers of another ``H``, ``d`` or ``d_out``; ``heads`` not a permutation of
         ``range(H)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from hmoe_estim.layer import (AttentionLayer, layer_parameter_errors,
+    ...                               random_attention_layer)
+    >>> truth = random_attention_layer(2, 3, 2, random_state=0)
+    >>> B = np.array([[2.0, 1.0], [0.0, 1.0]])      # a V/O gauge of head 0
+    >>> W_V, W_O = truth.W_V.copy(), truth.W_O.copy()
+    >>> W_V[0], W_O[0] = W_V[0] @ B, np.linalg.inv(B) @ W_O[0]
+    >>> moved = AttentionLayer(W_V=W_V[::-1], W_O=W_O[::-1], P=truth.P_[::-1])
+    >>> res = layer_parameter_errors(moved, truth)
+    >>> res.heads.tolist(), bool(res.P_error < 1e-12 and res.VO_error < 1e-12)
+    ([1, 0], True)
     """
     fit, _ = _as_layer(layer, "layer")
     true = _truth(true_layer)
@@ -497,7 +511,8 @@ def layer_voronoi_loss(layer, true_layer, *, gate=None, activation=None, r=None,
       ``min_π Σ_j ‖ΔM_j‖_F^e + ‖Δa_j‖^e`` between the atoms the two channels induce on the
       output entry of row ``i`` (``M_j = J_iᵀ P_h J_j`` symmetrised and normalised,
       ``a_j = J_jᵀ W_V,h[:, k]``, :func:`~hmoe_estim.attention.attention_to_measure`), so it
-      is a function of ``(P̂_h' − P*_h, ŵ − w*)``, 0 exactly when both vanish;
+      is a function of ``(P̂_h', ŵ; P*_h, w*)``, 0 when ``P̂_h' = P*_h`` and ``ŵ = w*``
+      (and, for ``N >= 2`` and ``w* ≠ 0``, only then);
     - **loss** ``L_i = Σ_{h,k} ‖Σ_{V_i[h,k]} s ô_{h',k'} − o*_{h,k}‖₂
       + Σ_{h,k} Σ_{V_i[h,k]} ‖ô_{h',k'}‖₂ c_i(h',k'; h,k)`` with ``e = r`` (``L_{1,r}``), or
       for ``L_2`` ``e = 1`` in cells holding one fitted channel and 2 in cells holding more;
@@ -512,12 +527,16 @@ def layer_voronoi_loss(layer, true_layer, *, gate=None, activation=None, r=None,
     **Reduction to the paper's loss.** Branches, cells, signs and token matchings do not
     depend on the output column, so for ``d_out = 1`` (one column, ``o = ω`` a scalar) and the
     same reference sample, ``L_i`` *equals* ``voronoi_loss(G_i, G*_i, gate=gate,
-    activation=activation, r=r, X_ref=X.reshape(n, -1))`` where ``G_i`` and ``G*_i`` are the
+    activation=activation, r=r, X_ref=X.reshape(n, -1))`` (the same ``token_matching`` and
+    ``sign_symmetry``) where ``G_i`` and ``G*_i`` are the
     mixing measures of output entry ``(i, 0)`` (:meth:`AttentionLayerRegressor.entry_measure`,
     :func:`~hmoe_estim.attention.attention_to_measure` with ``row=i``): one row and one column
     give the paper's loss of that entry, so ``rows="last"`` is the loss of the last entry and
     ``rows="all"`` the mean of the entries' losses. For ``d_out > 1``,
     ``max_c L_i(c) <= L_i <= Σ_c L_i(c)`` over the per-entry losses of the columns ``c``.
+
+    Cost: one token matching per fitted channel and row, on ``N`` matrices of size
+    ``(N·d)²`` (the per-entry loss's own cost); ``rows="all"`` is ``N`` times ``"last"``.
 
     Parameters
     ----------
@@ -557,6 +576,13 @@ def layer_voronoi_loss(layer, true_layer, *, gate=None, activation=None, r=None,
     ValueError
         A gate other than ``"value"``/``"sdpa"`` or a multiplicative gate (with the reason),
         layers of another ``d`` or ``d_out``, a bad ``r``, ``X``, ``rows`` or name.
+
+    Examples
+    --------
+    >>> from hmoe_estim.layer import layer_voronoi_loss, random_attention_layer
+    >>> truth = random_attention_layer(1, 2, 2, random_state=0)
+    >>> layer_voronoi_loss(truth, truth, gate="sdpa", n_tokens=3, n_ref=16)
+    0.0
     """
     fit, est = _as_layer(layer, "layer")
     true = _truth(true_layer)
