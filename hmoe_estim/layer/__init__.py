@@ -8,12 +8,21 @@ are the kernels' (:mod:`hmoe_estim.kernels.layer`); :class:`LayerProblem` is a l
 the form the package's search and local solvers take, and
 :class:`AttentionLayerRegressor` the scikit-learn estimator that fits a layer with them. The
 gauge-invariant metrics of a fitted layer against the true one (regression error, ``P_h`` and
-``C_h`` errors, the layer and per-entry Voronoi losses) and their scorers close the loop.
+``C_h`` errors, the layer and per-entry Voronoi losses) and their scorers close the loop;
+:func:`layer_identifiability_report` says which of a layer's weights a fit can identify.
 """
 
 from ._data import make_attention_regression, random_attention_layer
 from ._estimator import AttentionLayerRegressor
 from ._forward import attention_layer_output
+from ._identifiability import (
+    Gauge,
+    LayerIdentifiabilityReport,
+    LayerJacobianCheck,
+    LayerObstruction,
+    layer_identifiability_report,
+    layer_verdict_label,
+)
 from ._metrics import (
     LAYER_METRICS,
     EntryVoronoiLoss,
@@ -51,4 +60,10 @@ __all__ = [
     "make_layer_scorer",
     "LayerMetricScorer",
     "LAYER_METRICS",
+    "layer_identifiability_report",
+    "LayerIdentifiabilityReport",
+    "LayerJacobianCheck",
+    "LayerObstruction",
+    "Gauge",
+    "layer_verdict_label",
 ]
