@@ -155,6 +155,32 @@ def test_over_specified_head_dim_is_flagged():
     full = random_attention_layer(1, D, DV, qk="full", random_state=3)
     rep = layer_identifiability_report(full, gate="sdpa", qk="full", n_tokens=N, head_dim=5)
     assert [o.name for o in rep.obstructions] == ["over-specified"]
+    # the truth embedded in the larger class (a zero channel): null directions beyond the
+    # gauges there, each one accounted for
+    kw = _weights(truth)
+    for name in ("W_Q", "W_K", "W_V"):
+        kw[name] = np.concatenate([kw[name], np.zeros((2, D, 1))], axis=2)
+    kw["W_O"] = np.concatenate([kw["W_O"], np.zeros((2, 1, D))], axis=1)
+    for gate in ("none", "value", "key"):
+        rep = _report(AttentionLayer(**kw), gate, "tanh")
+        assert rep.identifiable is False and rep.obstructions, gate
+        assert rep.jacobian.null_dimension > rep.gauge_dimension, gate
+        assert rep.jacobian.matches and rep.jacobian.complete, gate
+
+
+def test_value_head_wider_than_the_tokens_has_smaller_orbits():
+    # full scores, d_v = 4 > d = 3: W_V,h has rank 3, so the GL(4) orbit has dimension
+    # 16 - 1·1 = 15, and that is the whole null space (C_h is identified)
+    truth = random_attention_layer(1, D, 4, qk="full", random_state=8)
+    rep = layer_identifiability_report(truth, gate="none", qk="full", n_tokens=N)
+    assert rep.gauge_dimension == 15 and rep.jacobian.null_dimension == 15
+    assert rep.identifiable is True and any("d_v = 4 > min(d, d_out)" in n for n in rep.notes)
+    # d_out = 1 < d_v = 2: W_O,h has rank 1, and W_V,h moves beyond the orbit
+    truth = random_attention_layer(1, D, DV, 1, random_state=8)
+    rep = layer_identifiability_report(truth, gate="none", n_tokens=N)
+    (o,) = rep.obstructions
+    assert o.name == "rank-deficient-C" and o.extra_null_dimension == (D - 2) * (2 - 1)
+    assert rep.gauge_dimension == 4 + 4 and rep.jacobian.matches
 
 
 def _degenerate(truth, edit):
@@ -208,6 +234,15 @@ def test_duplicate_and_constant_heads_are_flagged():
         assert [o.name for o in rep.obstructions] == ["duplicate-heads"]
         assert rep.obstructions[0].extra_null_dimension == per_head - gauge
         assert rep.jacobian.matches
+    # W_O,h = 0: only W_O,h (6 weights) moves the output; the head's other 18 are free, of
+    # which the gauge orbits (still moving W_Q,h, W_K,h, W_V,h) hold 8 for MHA, 4 for G3
+    kw = _weights(truth)
+    kw["W_O"][1] = 0.0
+    for gate, extra in (("none", 24 - 6 - 8), ("key", 24 - 6 - 4)):
+        rep = _report(AttentionLayer(**kw), gate, "tanh")
+        (o,) = rep.obstructions
+        assert (o.name, o.heads, o.extra_null_dimension) == ("constant-head", (1,), extra)
+        assert rep.jacobian.matches and rep.jacobian.complete, gate
     # G1 with sigmoid and W_V,h = 0: the head is the constant σ(0) W_O,h, whatever P_h
     kw = _weights(truth)
     kw["W_V"][1] = 0.0
@@ -216,6 +251,7 @@ def test_duplicate_and_constant_heads_are_flagged():
     assert "constant-head" in names and rep.identifiable is False
     assert not rep.jacobian.complete
     assert rep.jacobian.null_dimension > rep.jacobian.predicted_null_dimension
+    assert "a lower bound" in rep.summary()
 
 
 def test_full_rank_deficient_P_is_only_a_note_and_the_record_is_json():

@@ -120,20 +120,24 @@ class LayerObstruction:
     description : str
         In plain words: what happens and what remains identified.
     extra_null_dimension : int or None
-        Null directions it adds to the Jacobian at the truth (of the truth's ``head_dim``);
-        0 for ``"over-specified"``, which concerns the fitted class; ``None`` where not
-        derived.
+        Null directions it adds to the Jacobian at the truth (of the truth's ``head_dim``)
+        beyond the gauges' orbits; 0 for ``"over-specified"``, which concerns the fitted
+        class; ``None`` where not derived.
+    heads : tuple of int
+        The heads concerned (empty when all are).
     """
 
     name: str
     description: str
     extra_null_dimension: object = None
+    heads: tuple = ()
 
     def to_dict(self):
         """JSON-safe form."""
         e = self.extra_null_dimension
         return {"name": self.name, "description": self.description,
-                "extra_null_dimension": None if e is None else int(e)}
+                "extra_null_dimension": None if e is None else int(e),
+                "heads": [int(h) for h in self.heads]}
 
 
 @dataclass
@@ -331,26 +335,57 @@ def _vo_group(gate, granularity):
     return None
 
 
-def _gauges(gate, granularity, qk, H, dv):
-    out = []
+def _orbit(dv, rho_left, rho_right):
+    """Dimension of the ``GL(d_v)`` orbit of ``(L, R)`` under ``L → L A, R → R A⁻ᵀ`` (ranks
+    ``rho_left``, ``rho_right``): ``d_v²`` minus the stabiliser's ``(d_v − ρ_L)(d_v − ρ_R)``."""
+    return dv * dv - (dv - rho_left) * (dv - rho_right)
+
+
+def _head_ranks(layer):
+    """Per head: ranks of ``W_Q,h``, ``W_K,h`` (``None`` with full scores), ``W_V,h``,
+    ``W_O,h``, and the value channels that are zero in both ``W_V,h`` and ``W_O,h``."""
+    def ranks(W):
+        scale = float(np.max(np.abs(W)))
+        return [_rank(W[h], scale) for h in range(layer.n_heads)]
+
+    out = {"V": ranks(layer.W_V), "O": ranks(layer.W_O)}
+    out["Q"] = ranks(layer.W_Q) if layer.qk == "factored" else None
+    out["K"] = ranks(layer.W_K) if layer.qk == "factored" else None
+    out["dead"] = [sum(_is_zero(layer.W_V[h, :, e], layer.W_V)
+                       and _is_zero(layer.W_O[h, e], layer.W_O) for e in range(layer.head_dim))
+                   for h in range(layer.n_heads)]
+    return out
+
+
+def _gauges(gate, granularity, qk, dv, ranks):
+    """The gauges, each with the dimension of its orbit through the truth (``d_v²`` per head
+    for a full-rank truth), and the per-head total."""
+    H = len(ranks["V"])
+    out, per_head = [], np.zeros(H, dtype=int)
     if qk == "factored" and gate in _BILINEAR:
+        dims = [_orbit(dv, q, k) for q, k in zip(ranks["Q"], ranks["K"])]
+        per_head += dims
         out.append(Gauge(
             "qk", "W_Q,h → W_Q,h A, W_K,h → W_K,h A⁻ᵀ leaves P_h = W_Q,h W_K,hᵀ/√d_v and so "
             "the bilinear scores unchanged (both components of GL(d_v): channel permutations "
-            "and sign flips are part of it)", "GL(d_v)", H * dv * dv))
+            "and sign flips are part of it)", "GL(d_v)", int(sum(dims))))
     group = _vo_group(gate, granularity)
     if group == "GL(d_v)":
+        dims = [_orbit(dv, v, o) for v, o in zip(ranks["V"], ranks["O"])]
+        per_head += dims
         why = {"output": "G5 applies φ after W_O", "key": "G3 applies φ to the keys only",
                "query": "G4 applies φ to the queries only",
                "none": "nothing sits between W_V and W_O"}.get(
             gate, "the headwise factor φ(x_i·W_θ,h) is one scalar per head and row")
         out.append(Gauge("vo", f"W_V,h → W_V,h B, W_O,h → B⁻¹ W_O,h leaves C_h = W_V,h W_O,h "
-                         f"unchanged ({why})", group, H * dv * dv))
+                         f"unchanged ({why})", group, int(sum(dims))))
     elif group == "diagonal":
+        dims = [dv - dead for dead in ranks["dead"]]
+        per_head += dims
         out.append(Gauge("vo", "W_V,h[:, e] → c_e W_V,h[:, e], W_O,h[e, :] → W_O,h[e, :]/c_e: "
                          "the elementwise factor φ(x_i·W_θ,h[:, e]) commutes with one scale per "
-                         "channel only", group, H * dv))
-    return out
+                         "channel only", group, int(sum(dims))))
+    return out, per_head
 
 
 def _symmetries(gate, activation, granularity, qk, H, dv, intercept):
@@ -394,12 +429,12 @@ def _rank(M, scale):
     return int(np.sum(s > _ZERO * scale)) if scale > 0 else 0
 
 
-def _factor_fibre(n_rows, n_cols, dv, rho_left, rho_right):
-    """Null dimension of the differential of ``(L, R) ↦ L Rᵀ`` (``L`` ``n_rows × d_v``, ``R``
-    ``n_cols × d_v`` of ranks ``rho_left``, ``rho_right``): ``d_v (n_rows + n_cols)`` minus
-    the dimension of ``R^{n_rows} ⊗ col(R) + col(L) ⊗ R^{n_cols}``."""
-    return (dv * (n_rows + n_cols) - n_rows * rho_right - n_cols * rho_left
-            + rho_left * rho_right)
+def _beyond_orbit(n_left, n_right, dv, rho_left, rho_right):
+    """Null directions of the differential of ``(L, R) ↦ L Rᵀ`` (``L`` ``n_left × d_v``, ``R``
+    ``n_right × d_v``, ranks ``ρ_L``, ``ρ_R``) beyond the tangent of the ``GL(d_v)`` orbit:
+    ``(n_left − ρ_L)(d_v − ρ_R) + (n_right − ρ_R)(d_v − ρ_L)`` (the differential's kernel has
+    dimension ``d_v (n_left + n_right) − n_left ρ_R − n_right ρ_L + ρ_L ρ_R``)."""
+    return (n_left - rho_left) * (dv - rho_right) + (n_right - rho_right) * (dv - rho_left)
 
 
 def _head_outputs(layer, gate, activation, gate_form, rows, X):
@@ -421,10 +456,10 @@ def _head_outputs(layer, gate, activation, gate_form, rows, X):
     return out
 
 
-def _obstructions(layer, gate, activation, granularity, head_dim, per_head, gauge_head,
+def _obstructions(layer, gate, activation, granularity, head_dim, ranks, per_head, gauge_head,
                   heads_out):
-    """Obstructions of the truth ``layer`` (``per_head`` parameters and ``gauge_head`` gauge
-    dimensions per head) fitted with ``head_dim`` channels."""
+    """Obstructions of the truth ``layer`` fitted with ``head_dim`` channels (``ranks`` of
+    :func:`_head_ranks`, ``per_head`` parameters and ``gauge_head[h]`` gauge dimensions)."""
     H, d, dv, dout = layer.n_heads, layer.d, layer.head_dim, layer.d_out
     out = []
     vo = _vo_group(gate, granularity)
@@ -443,16 +478,14 @@ def _obstructions(layer, gate, activation, granularity, head_dim, per_head, gaug
             f"identified; {what}. The Jacobian check is at the truth's head_dim", 0))
 
     if layer.qk == "factored" and gate in _BILINEAR:
-        for h in range(H):
-            rq = _rank(layer.W_Q[h], np.max(np.abs(layer.W_Q)))
-            rk = _rank(layer.W_K[h], np.max(np.abs(layer.W_K)))
-            if min(rq, rk) < dv:
-                extra = _factor_fibre(d, d, dv, rq, rk) - dv * dv
+        for h, (rq, rk) in enumerate(zip(ranks["Q"], ranks["K"])):
+            extra = _beyond_orbit(d, d, dv, rq, rk)
+            if extra:
                 out.append(LayerObstruction(
                     "rank-deficient-P",
                     f"head {h}: rank W_Q,h = {rq}, rank W_K,h = {rk} < d_v = {dv}, so P_h has "
                     f"rank < d_v and W_Q,h, W_K,h move along more than the Q/K gauge (a null "
-                    f"or split score channel); P_h itself remains identified", extra))
+                    f"or split score channel); P_h itself remains identified", extra, (h,)))
     if gate in ("key", "query"):
         for h in range(H):
             for e in range(dv):
@@ -473,20 +506,17 @@ def _obstructions(layer, gate, activation, granularity, head_dim, per_head, gaug
                     + ("W_Q,h[:, e] = 0" if q0 else "") + (" and " if q0 and k0 else "")
                     + ("W_K,h[:, e] = 0" if k0 else "")
                     + ": the channel adds nothing that depends on the key, so its other "
-                    "weights are free", extra))
+                    "weights are free", extra, (h,)))
     if vo == "GL(d_v)":
-        for h in range(H):
-            rv = _rank(layer.W_V[h], np.max(np.abs(layer.W_V)))
-            ro = _rank(layer.W_O[h], np.max(np.abs(layer.W_O)))
-            if min(rv, ro) < dv:
-                extra = _factor_fibre(d, dout, dv, rv, ro) - dv * dv
-                why = (f" (d_out = {dout} < d_v)" if dout < dv else
-                       f" (d = {d} < d_v)" if d < dv else "")
+        for h, (rv, ro) in enumerate(zip(ranks["V"], ranks["O"])):
+            extra = _beyond_orbit(d, dout, dv, rv, ro)
+            if extra:
+                why = f" (d_out = {dout} < d_v)" if dout < dv else ""
                 out.append(LayerObstruction(
                     "rank-deficient-C",
                     f"head {h}: rank W_V,h = {rv}, rank W_O,h = {ro} < d_v = {dv}{why}, so "
                     "C_h = W_V,h W_O,h has rank < d_v and W_V,h, W_O,h move along more than "
-                    "the V/O gauge; C_h itself remains identified", extra))
+                    "the V/O gauge; C_h itself remains identified", extra, (h,)))
     else:
         out += _channel_obstructions(layer, gate, activation, granularity)
 
@@ -496,10 +526,16 @@ def _obstructions(layer, gate, activation, granularity, head_dim, per_head, gaug
     inert = [h for h in range(H) if np.linalg.norm(heads_out[h] - heads_out[h].mean(axis=0))
              <= _ZERO * top or top == 0.0]
     for h in inert:
+        extra = None
+        if _is_zero(layer.W_O[h], layer.W_O) and ranks["V"][h] == dv:
+            # W_O,h = 0: only W_O,h moves the output (d_v d_out directions); it subsumes the
+            # head's other obstructions
+            out = [o for o in out if o.heads != (h,)]
+            extra = per_head - dv * dout - int(gauge_head[h])
         out.append(LayerObstruction(
             "constant-head", f"head {h} adds nothing that depends on the tokens (zero or a "
             "constant on the reference tokens): its scores (P_h) and most of its other weights "
-            "are not identified", None))
+            "are not identified", extra, (h,)))
     groups, seen = [], set()
     for h in range(H):
         if h in inert or h in seen:
@@ -510,11 +546,11 @@ def _obstructions(layer, gate, activation, granularity, head_dim, per_head, gaug
             seen.update(same)
             groups.append([h] + same)
     for grp in groups:
-        extra = (len(grp) - 1) * (per_head - gauge_head)
+        extra = (len(grp) - 1) * (per_head - int(gauge_head[grp[0]]))
         out.append(LayerObstruction(
             "duplicate-heads", f"heads {grp} have the same output: only their sum is "
             "identified, so one head's weights can move against another's; the layer's "
-            "function is identified, the heads are not", extra))
+            "function is identified, the heads are not", extra, tuple(grp)))
     return out
 
 
@@ -536,8 +572,9 @@ def _channel_obstructions(layer, gate, activation, granularity):
                 continue
             if granularity == "elementwise":
                 # (S X w_e) φ(x_i·θ_e) o_e: o_e = 0 frees w_e and θ_e, w_e = 0 frees θ_e and
-                # o_e; the channel's scale gauge lies in that span (or vanishes)
-                extra = (d * int(o0) + d + dout * int(v0)) - 1
+                # o_e; the channel's scale gauge lies in that span (its orbit is a point when
+                # both are 0)
+                extra = d * int(o0) + d + dout * int(v0) - (0 if v0 and o0 else 1)
             else:
                 const = phi0 or layer.fit_intercept  # φ(0)·o_e is 0 or absorbed by b
                 extra = d * int(o0) + (dout if v0 and const else 0)
@@ -547,7 +584,8 @@ def _channel_obstructions(layer, gate, activation, granularity):
                                 if z)
             out.append(LayerObstruction(
                 "zero-channel", f"head {h}, channel {e}: {what}: the channel adds nothing (or "
-                "a constant the intercept absorbs), so its other weights are free", extra))
+                "a constant the intercept absorbs), so its other weights are free", extra,
+                (h,)))
         if granularity == "elementwise":
             continue
         odd = activation in _ODD
@@ -565,7 +603,7 @@ def _channel_obstructions(layer, gate, activation, granularity):
                         f"head {h}, channels {e} and {f}: W_V,h[:, {f}] = "
                         + ("" if same else "−") + f"W_V,h[:, {e}], so the two channels are one "
                         "(up to sign): only the combination of their rows of W_O,h is "
-                        "identified", dout))
+                        "identified", dout, (h,)))
     return out
 
 
@@ -698,14 +736,14 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
     if not (isinstance(tol, numbers.Real) and 0 < tol < 1):
         raise ValueError(f"tol must be a number in (0, 1); got {tol!r}.")
 
-    gauges = _gauges(gate, granularity, qk, H, dv)
+    ranks = _head_ranks(layer)
+    gauges, gauge_head = _gauges(gate, granularity, qk, dv, ranks)
     symmetries = _symmetries(gate, activation, granularity, qk, H, dv, layer.fit_intercept)
     layout = layer.layout
     per_head = (layout.n_params - (dout if layer.fit_intercept else 0)) // H
-    gauge_head = sum(g.dimension for g in gauges) // H
     heads_out = _head_outputs(layer, gate, activation, gate_form, rows, X)
-    obstructions = _obstructions(layer, gate, activation, granularity, head_dim, per_head,
-                                 gauge_head, heads_out)
+    obstructions = _obstructions(layer, gate, activation, granularity, head_dim, ranks,
+                                 per_head, gauge_head, heads_out)
 
     from ..kernels import layer_jacobian, single_thread_blas
 
@@ -725,6 +763,10 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
             notes.append(f"P_h of head(s) {low} has rank < d = {d}: a free matrix of any rank "
                          "is identified (qk='full'); a factored fit with head_dim = rank P_h "
                          "would represent it too")
+    if _vo_group(gate, granularity) == "GL(d_v)" and min(d, dout) < dv:
+        notes.append(f"d_v = {dv} > min(d, d_out) = {min(d, dout)}: C_h has rank < d_v, so the "
+                     "V/O orbits are smaller than GL(d_v) (gauge dimension below d_v² per "
+                     "head); a head_dim of rank C_h represents the same layer")
     if gate == "output" and activation in ("gelu", "silu"):
         notes.append(f"{activation} is not injective: φ(f') = φ(f*) with f' ≠ f* is not "
                      "excluded by this first-order check")
