@@ -140,7 +140,8 @@ def test_gauges_leave_the_output_unchanged_and_the_listed_symmetries_are_exact()
 
 def test_over_specified_head_dim_is_flagged():
     truth = random_attention_layer(2, D, DV, random_state=3)
-    for gate, kept in (("none", ("P_h", "C_h")), ("value", ("P_h",)), ("key", ("C_h",))):
+    for gate, kept, channels in (("none", ("P_h", "C_h"), False), ("value", ("P_h",), True),
+                                 ("key", ("C_h",), True)):
         rep = layer_identifiability_report(truth, gate=gate, n_tokens=N, head_dim=3)
         assert rep.head_dim == 3 and rep.identifiable is False, gate
         (o,) = rep.obstructions
@@ -148,6 +149,8 @@ def test_over_specified_head_dim_is_flagged():
         assert "not identified" in o.description
         for q in kept:
             assert q in o.description, (gate, q)
+            assert any(item.startswith(q) for item in rep.identified), (gate, q)
+        assert any("not the channels" in item for item in rep.identified) == channels
         assert rep.jacobian.matches  # at the truth's head_dim
         assert layer_verdict_label(rep.to_dict()) == "not identifiable (over-specified)"
         assert "not identifiable" in str(rep) and "over-specified" in str(rep)
@@ -175,6 +178,12 @@ def test_value_head_wider_than_the_tokens_has_smaller_orbits():
     rep = layer_identifiability_report(truth, gate="none", qk="full", n_tokens=N)
     assert rep.gauge_dimension == 15 and rep.jacobian.null_dimension == 15
     assert rep.identifiable is True and any("d_v = 4 > min(d, d_out)" in n for n in rep.notes)
+    # d = 3 < d_v = 4 < d_out = 5: the orbit is all of GL(4), and W_O,h moves beyond it
+    truth = random_attention_layer(1, D, 4, 5, qk="full", random_state=8)
+    rep = layer_identifiability_report(truth, gate="output", qk="full", n_tokens=N)
+    (o,) = rep.obstructions
+    assert o.name == "rank-deficient-C" and o.extra_null_dimension == (5 - 4) * (4 - 3)
+    assert rep.gauge_dimension == 16 and rep.jacobian.matches
     # d_out = 1 < d_v = 2: W_O,h has rank 1, and W_V,h moves beyond the orbit
     truth = random_attention_layer(1, D, DV, 1, random_state=8)
     rep = layer_identifiability_report(truth, gate="none", n_tokens=N)

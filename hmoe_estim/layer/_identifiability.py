@@ -17,10 +17,11 @@ reparametrisations of its weights, the **gauges**, per head ``h``:
   G1 and G2 in the activation form (``φ`` acts channel by channel, and only permutations and
   sign flips commute with it).
 
-So the null space of the Jacobian ``J[t, p] = ∂f_t/∂θ_p`` of the outputs at the truth has at
-least the gauges' dimension ``Σ_h (Q/K + V/O)``; an intercept adds no direction (no head
-output is constant in the tokens), nor does reading the last row only. Per head, with
-``d_v <= min(d, d_out)``:
+So the null space of the Jacobian ``J[t, p] = ∂f_t/∂θ_p`` of the outputs at the truth
+contains the tangent of the gauges' orbits, of dimension ``Σ_h (Q/K + V/O)``; an intercept adds
+no direction (no head output is constant in the tokens), nor does reading the last row only.
+Per head, when ``W_Q,h``, ``W_K,h``, ``W_V,h`` and ``W_O,h`` have rank ``d_v`` (which needs
+``d_v <= min(d, d_out)``):
 
 ================= ======================== ===================== =============
 gate (paper)      form                     ``qk="factored"``     ``qk="full"``
@@ -34,6 +35,13 @@ gate (paper)      form                     ``qk="factored"``     ``qk="full"``
 ``sdpa``          multiplicative headwise  ``2 d_v²``            ``d_v²``
 ``sdpa``          multiplicative elementw. ``d_v² + d_v``        ``d_v``
 ================= ======================== ===================== =============
+
+A ``GL(d_v)`` orbit through factors ``L, R`` of ranks ``ρ_L, ρ_R`` has dimension
+``d_v² − (d_v − ρ_L)(d_v − ρ_R)`` (the stabiliser), and the factorisation ``L Rᵀ`` (``n_L ×
+d_v`` by ``n_R × d_v``) has ``(n_L − ρ_L)(d_v − ρ_R) + (n_R − ρ_R)(d_v − ρ_L)`` null directions
+beyond it: 0 at full rank, more when a factor loses rank (a degenerate truth, or
+``d_out < d_v``). With full scores and ``d_v > d = d_out`` the orbit itself shrinks to
+``d_v² − (d_v − d)²`` and nothing lies beyond it.
 
 The **discrete symmetries** (relabelling heads, permuting and flipping channels where ``φ``
 allows it) leave the null space alone. An **obstruction** is a reason the weights are not
@@ -58,7 +66,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._names import LAYER_GATE_LABELS, QK_FORMS
+from .._names import GRANULARITIES, LAYER_GATE_LABELS, QK_FORMS
 from .._validation import check_count
 from ..metrics import PHI_AT_ZERO, Symmetry
 from ._forward import attention_layer_output, check_tokens
@@ -93,7 +101,8 @@ class Gauge:
     group : str
         ``"GL(d_v)"`` or ``"diagonal"`` (invertible diagonal matrices), acting on each head.
     dimension : int
-        Over all heads.
+        Of the orbit through the truth, over all heads (``d_v²`` per head for ``GL(d_v)`` at
+        full rank).
     """
 
     name: str
@@ -630,6 +639,8 @@ def _align(true_layer, gate, gate_form, granularity, qk):
                          "random_attention_layer(...).")
     check_layer_gate(gate)
     check_choice(qk, "qk", QK_FORMS)
+    if granularity is not None:
+        check_choice(granularity, "granularity", GRANULARITIES)
     if granularity is not None and granularity != true_layer.granularity:
         raise ValueError(
             f"granularity={granularity!r} but the truth's gate weights W_theta are "
@@ -755,7 +766,8 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
                                                                           rows))
         jac = _spectrum(J, tol, predicted, complete)
 
-    identified = _identified(gate, activation, granularity, qk, layer.fit_intercept)
+    identified = _identified(gate, activation, granularity, qk, layer.fit_intercept,
+                             head_dim > dv)
     notes = []
     if layer.qk == "full":
         low = [h for h in range(H) if _rank(layer.P[h], np.max(np.abs(layer.P))) < d]
@@ -764,9 +776,8 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
                          "is identified (qk='full'); a factored fit with head_dim = rank P_h "
                          "would represent it too")
     if _vo_group(gate, granularity) == "GL(d_v)" and min(d, dout) < dv:
-        notes.append(f"d_v = {dv} > min(d, d_out) = {min(d, dout)}: C_h has rank < d_v, so the "
-                     "V/O orbits are smaller than GL(d_v) (gauge dimension below d_v² per "
-                     "head); a head_dim of rank C_h represents the same layer")
+        notes.append(f"d_v = {dv} > min(d, d_out) = {min(d, dout)}: C_h has rank < d_v, so "
+                     "a head_dim of rank C_h represents the same layer")
     if gate == "output" and activation in ("gelu", "silu"):
         notes.append(f"{activation} is not injective: φ(f') = φ(f*) with f' ≠ f* is not "
                      "excluded by this first-order check")
@@ -801,11 +812,15 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
         notes)
 
 
-def _identified(gate, activation, granularity, qk, intercept):
+def _identified(gate, activation, granularity, qk, intercept, over):
+    """What a fit identifies, in words (``over``: the fitted head_dim exceeds the truth's)."""
     odd = activation in _ODD
+    spare = "not the channels: a spare channel can be null or split a true one"
     out = []
     if gate in _BILINEAR:
         out.append("P_h = W_Q,h W_K,hᵀ/√d_v" if qk == "factored" else "P_h")
+    elif over:
+        out.append(f"the scores, {spare}")
     else:
         flip = odd or (gate == "key" and activation == "sigmoid")
         out.append("the score channels (W_Q,h[:, e], W_K,h[:, e]) up to their permutation"
@@ -813,6 +828,8 @@ def _identified(gate, activation, granularity, qk, intercept):
     vo = _vo_group(gate, granularity)
     if vo == "GL(d_v)":
         out.append("C_h = W_V,h W_O,h")
+    elif over:
+        out.append(f"each head's output, {spare}")
     elif vo == "diagonal":
         out.append("each channel's W_V,h[:, e] W_O,h[e, :] (a d × d_out matrix) and "
                    "W_θ,h[:, e], up to the channels' permutation"
