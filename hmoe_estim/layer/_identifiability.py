@@ -666,6 +666,13 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
                                  random_state=0, tol=1e-10):
     """Gauges, discrete symmetries, obstructions and the Jacobian check of a layer truth.
 
+    The gauges and the Jacobian are at the truth's ``head_dim`` (``d_v*``); a larger fitted
+    ``head_dim`` is the obstruction ``"over-specified"``. The verdict (module docstring):
+    ``"identifiable up to the gauges"`` when no obstruction applies and the null space of
+    ``J`` is the gauges' (with a gap of at least 1e3 between kept and dropped singular
+    values), ``"not identifiable"`` when an obstruction applies or ``J`` has more null
+    directions, ``"unknown"`` otherwise.
+
     Parameters
     ----------
     true_layer : AttentionLayer
@@ -690,6 +697,8 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
         Reference tokens of the Jacobian check; ``None``: ``n_ref`` i.i.d. standard normal
         token matrices.
     n_ref : int, default=32
+        Reference token matrices when ``X`` is ``None``: ``J`` has ``n_ref · N · d_out``
+        rows (``n_ref · d_out`` with ``rows="last"``) and one column per parameter.
     random_state : int, default=0
         Seed of the reference tokens.
     tol : float, default=1e-10
@@ -767,7 +776,7 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
         jac = _spectrum(J, tol, predicted, complete)
 
     identified = _identified(gate, activation, granularity, qk, layer.fit_intercept,
-                             head_dim > dv)
+                             head_dim > dv, H)
     notes = []
     if layer.qk == "full":
         low = [h for h in range(H) if _rank(layer.P[h], np.max(np.abs(layer.P))) < d]
@@ -812,7 +821,7 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
         notes)
 
 
-def _identified(gate, activation, granularity, qk, intercept, over):
+def _identified(gate, activation, granularity, qk, intercept, over, H):
     """What a fit identifies, in words (``over``: the fitted head_dim exceeds the truth's)."""
     odd = activation in _ODD
     spare = "not the channels: a spare channel can be null or split a true one"
@@ -844,4 +853,4 @@ def _identified(gate, activation, granularity, qk, intercept, over):
         out.append("the intercept b" + (" (up to the reflections' shifts)"
                                         if activation == "sigmoid" and vo is None
                                         and granularity is None else ""))
-    return out + ["the heads up to their relabelling"]
+    return out + (["the heads up to their relabelling"] if H >= 2 else [])
