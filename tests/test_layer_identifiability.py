@@ -190,6 +190,11 @@ def test_value_head_wider_than_the_tokens_has_smaller_orbits():
     (o,) = rep.obstructions
     assert o.name == "rank-deficient-C" and o.extra_null_dimension == (D - 2) * (2 - 1)
     assert rep.gauge_dimension == 4 + 4 and rep.jacobian.matches
+    # one label per kind of obstruction, however many heads it concerns
+    two = random_attention_layer(2, D, DV, 1, random_state=8)
+    rep = layer_identifiability_report(two, gate="query", n_tokens=N)
+    assert [o.heads for o in rep.obstructions] == [(0,), (1,)]
+    assert layer_verdict_label(rep) == "not identifiable (rank-deficient-C)"
 
 
 def _degenerate(truth, edit):

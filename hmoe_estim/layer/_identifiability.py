@@ -325,7 +325,7 @@ def layer_verdict_label(record):
         record = record.to_dict()
     v = record.get("verdict")
     if v == "not identifiable":
-        names = [o["name"] for o in record.get("obstructions", [])]
+        names = list(dict.fromkeys(o["name"] for o in record.get("obstructions", [])))
         if not names:
             names = ["null directions beyond the gauges"]
         return "not identifiable (" + ", ".join(names) + ")"
