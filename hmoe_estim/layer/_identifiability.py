@@ -475,8 +475,9 @@ def _obstructions(layer, gate, activation, granularity, head_dim, ranks, per_hea
     if head_dim > dv:
         if vo == "GL(d_v)" or (gate in _BILINEAR and layer.qk == "factored"):
             kept = [q for q, ok in (("P_h", gate in _BILINEAR), ("C_h", vo == "GL(d_v)")) if ok]
-            what = (" and ".join(kept) + " remain identified (the fibre of the factorisation "
-                    "is larger than the GL(d_v) orbits there)")
+            what = (" and ".join(kept) + (" remain" if len(kept) > 1 else " remains")
+                    + " identified (the fibre of the factorisation is larger than the GL(d_v) "
+                    "orbits there)")
         else:
             what = "P_h remains identified" if gate in _BILINEAR else "C_h remains identified"
         out.append(LayerObstruction(
