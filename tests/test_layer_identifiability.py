@@ -296,6 +296,7 @@ def test_full_rank_deficient_P_is_only_a_note_and_the_record_is_json():
     ({"gate_form": "multiplicative"}, r"needs the gate's weights W_theta"),
     ({"granularity": "headwise"}, r"granularity='headwise'.*absent"),
     ({"tol": 2.0}, r"tol must be a number in \(0, 1\)"),
+    ({"n_ref": 2}, r"18 rows for 24 parameters.*use n_ref \(or X with n\) >= 3"),
 ])
 def test_bad_input_says_what_to_change(kwargs, match):
     truth = random_attention_layer(1, D, DV, random_state=0)

@@ -719,7 +719,8 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
         ``true_layer`` not an :class:`AttentionLayer`; an unknown gate, activation, form, qk
         or rows; a form the truth cannot hold (multiplicative without ``W_theta``, full
         scores with G3/G4, …); ``head_dim`` below the truth's (or above ``d`` with factored
-        scores); ``n_tokens < 2``; ``X`` of another shape.
+        scores); ``n_tokens < 2``; ``X`` of another shape; fewer rows of ``J`` than
+        parameters (``n_ref`` too small).
 
     Examples
     --------
@@ -757,10 +758,17 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
     if not (isinstance(tol, numbers.Real) and 0 < tol < 1):
         raise ValueError(f"tol must be a number in (0, 1); got {tol!r}.")
 
+    layout = layer.layout
+    n_rows = X.shape[0] * (1 if rows == "last" else N) * dout
+    if n_rows < layout.n_params:
+        need = -(-layout.n_params // (n_rows // X.shape[0]))
+        raise ValueError(f"the Jacobian would have {n_rows} rows for {layout.n_params} "
+                         f"parameters, so its null space says nothing; use n_ref (or X with "
+                         f"n) >= {need}, a few times more for a clear rank.")
+
     ranks = _head_ranks(layer)
     gauges, gauge_head = _gauges(gate, granularity, qk, dv, ranks)
     symmetries = _symmetries(gate, activation, granularity, qk, H, dv, layer.fit_intercept)
-    layout = layer.layout
     per_head = (layout.n_params - (dout if layer.fit_intercept else 0)) // H
     heads_out = _head_outputs(layer, gate, activation, gate_form, rows, X)
     obstructions = _obstructions(layer, gate, activation, granularity, head_dim, ranks,
@@ -804,7 +812,8 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
         ident = False
         reason = (f"not identifiable: the Jacobian at the truth has {null} null directions, "
                   f"{null - pred} more than the gauges ({pred}); a degeneracy of the truth "
-                  "that no named obstruction covers")
+                  "that no named obstruction covers (or too few reference tokens: try a "
+                  "larger n_ref)")
     elif null < pred or jac.gap < 1e3:
         ident = "unknown"
         reason = (f"the Jacobian at the truth has {null} null directions against the gauges' "
