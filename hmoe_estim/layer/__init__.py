@@ -7,6 +7,8 @@ the entries share their parameters, as in a layer. The Jacobian and Gauss–Newt
 are the kernels' (:mod:`hmoe_estim.kernels.layer`); :class:`LayerProblem` is a layer fit in
 the form the package's search and local solvers take, and
 :class:`AttentionLayerRegressor` the scikit-learn estimator that fits a layer with them.
+:func:`layer_to_torch` and :func:`layer_from_torch` convert a layer to and from PyTorch
+modules (optional extra ``torch``).
 """
 
 from ._data import make_attention_regression, random_attention_layer
@@ -14,6 +16,7 @@ from ._estimator import AttentionLayerRegressor
 from ._forward import attention_layer_output
 from ._parameters import AttentionLayer, LayerLayout
 from ._problem import LayerProblem
+from ._torch import layer_from_torch, layer_to_torch
 
 __all__ = [
     "AttentionLayer",
@@ -23,4 +26,15 @@ __all__ = [
     "make_attention_regression",
     "LayerProblem",
     "AttentionLayerRegressor",
+    "layer_to_torch",
+    "layer_from_torch",
 ]
+
+
+def __getattr__(name):
+    # the module class of layer_to_torch is built on first use: it subclasses torch.nn.Module
+    if name == "AttentionLayerModule":
+        from . import _torch
+
+        return _torch.AttentionLayerModule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
