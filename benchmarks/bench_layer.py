@@ -35,7 +35,9 @@ failures / fits, the outside load; and the ratio of the median times PyTorch / e
 last row gives the totals and the geometric mean of the ratios. Printed as a table and
 written with every fit to ``--json``.
 
-Without torch the PyTorch method is reported as unavailable and skipped. Before each data set
+Before timing, the PyTorch loss and its autograd gradient are checked against the layer fit's
+objective and analytic gradient (relative 1e-10; exit status 2 if not). Without torch the
+PyTorch method is reported as unavailable and skipped. Before each data set
 the script waits (up to 2 minutes) for a quiet machine (``--no-wait`` skips the wait). Numba's
 compilation and PyTorch's first LBFGS step are done on a small problem before anything is
 timed.
@@ -338,10 +340,33 @@ def warm_up(args, methods, torch_ok):
         if "estimator" in methods:
             fit_estimator(X, Y, 1, 2, gate, args.activation, 0)
         if "torch" in methods and torch_ok:
+            check_torch_loss(X, Y, gate, args.activation)
             from bench_peers_fit import torch_fit_starts
 
             starts, lo, hi, layout = estimator_starts(X, Y, 1, 2, gate, args.activation, 1, 0)
             torch_fit_starts(torch_loss(X, Y, layout, gate, args.activation), starts, lo, hi, 5)
+
+
+def check_torch_loss(X, Y, gate, act, rtol=1e-10):
+    """Exit with status 2 unless the PyTorch loss and its autograd gradient equal the layer
+    fit's objective and analytic gradient (``LayerProblem.objective_and_gradient``)."""
+    import numpy as np
+    import torch
+
+    from hmoe_estim.layer import LayerProblem
+
+    starts, lower, upper, layout = estimator_starts(X, Y, 1, 2, gate, act, 1, 0)
+    theta = torch.from_numpy(starts[0]).requires_grad_(True)
+    value = torch_loss(X, Y, layout, gate, act)(theta)
+    value.backward()
+    obj, grad = LayerProblem(X, Y, layout, gate, act, lower, upper).objective_and_gradient(
+        starts[0])
+    err = max(abs(float(value.detach()) - obj) / abs(obj),
+              float(np.abs(theta.grad.numpy() - grad).max() / max(np.abs(grad).max(), 1e-300)))
+    if not err <= rtol:
+        print(f"the PyTorch loss differs from the layer objective (gate {gate}): relative "
+              f"error {err:.3g} > {rtol:g}", file=sys.stderr)
+        sys.exit(2)
 
 
 def main(argv=None):

@@ -67,6 +67,6 @@ def test_torch_loss_is_the_layer_objective(gate):
     value = loss(theta)
     value.backward()
     obj, grad = problem.objective_and_gradient(starts[1])
-    assert float(value) == pytest.approx(obj, rel=1e-12)
+    assert float(value.detach()) == pytest.approx(obj, rel=1e-12)
     np.testing.assert_allclose(theta.grad.numpy(), grad, rtol=1e-9,
                                atol=1e-12 * max(1.0, np.abs(grad).max()))
