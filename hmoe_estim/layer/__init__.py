@@ -10,6 +10,8 @@ the form the package's search and local solvers take, and
 gauge-invariant metrics of a fitted layer against the true one (regression error, ``P_h`` and
 ``C_h`` errors, the layer and per-entry Voronoi losses) and their scorers close the loop;
 :func:`layer_identifiability_report` says which of a layer's weights a fit can identify.
+:func:`layer_to_torch` and :func:`layer_from_torch` convert a layer to and from PyTorch
+modules (optional extra ``torch``).
 """
 
 from ._data import make_attention_regression, random_attention_layer
@@ -39,6 +41,7 @@ from ._metrics import (
 )
 from ._parameters import AttentionLayer, LayerLayout
 from ._problem import LayerProblem
+from ._torch import layer_from_torch, layer_to_torch
 
 __all__ = [
     "AttentionLayer",
@@ -66,4 +69,15 @@ __all__ = [
     "LayerObstruction",
     "Gauge",
     "layer_verdict_label",
+    "layer_to_torch",
+    "layer_from_torch",
 ]
+
+
+def __getattr__(name):
+    # the module class of layer_to_torch is built on first use: it subclasses torch.nn.Module
+    if name == "AttentionLayerModule":
+        from . import _torch
+
+        return _torch.AttentionLayerModule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -456,6 +456,20 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
                                       activation=self.activation, gate_form=self.gate_form,
                                       rows=self.rows)
 
+    def to_torch(self, *, mha=False, dtype=None):
+        """The fitted layer as a PyTorch module whose forward pass on ``X`` is
+        :meth:`predict` (optional extra ``torch``).
+
+        :func:`hmoe_estim.layer.layer_to_torch` of ``layer_`` with the estimator's gate,
+        activation, gate form and rows; ``mha=True`` gives a ``torch.nn.MultiheadAttention``
+        where it can hold the fit (ungated, factored Q/K, ``d_out = d``, ``H·d_v = d``).
+        """
+        from ._torch import layer_to_torch
+
+        check_is_fitted(self, "layer_")
+        return layer_to_torch(self.layer_, gate=self.gate, activation=self.activation,
+                              gate_form=self.gate_form, rows=self.rows, mha=mha, dtype=dtype)
+
     def score(self, X, Y, sample_weight=None):
         """``r2_score`` of the predictions, the outputs flattened to ``(n, R·d_out)``: the
         mean over output entries of each entry's R² (scikit-learn's ``uniform_average``)."""
