@@ -528,8 +528,8 @@ def layer_voronoi_loss(layer, true_layer, *, gate=None, activation=None, r=None,
     depend on the output column, so for ``d_out = 1`` (one column, ``o = ω`` a scalar) and the
     same reference sample, ``L_i`` *equals* ``voronoi_loss(G_i, G*_i, gate=gate,
     activation=activation, r=r, X_ref=X.reshape(n, -1))`` (the same ``token_matching`` and
-    ``sign_symmetry``) where ``G_i`` and ``G*_i`` are the
-    mixing measures of output entry ``(i, 0)`` (:meth:`AttentionLayerRegressor.entry_measure`,
+    ``sign_symmetry``) where ``G_i`` and ``G*_i`` are the mixing measures of output entry
+    ``(i, 0)`` (:meth:`~hmoe_estim.AttentionLayerRegressor.entry_measure`,
     :func:`~hmoe_estim.attention.attention_to_measure` with ``row=i``): one row and one column
     give the paper's loss of that entry, so ``rows="last"`` is the loss of the last entry and
     ``rows="all"`` the mean of the entries' losses. For ``d_out > 1``,
@@ -906,7 +906,7 @@ class LayerMetricScorer:
     Parameters
     ----------
     metric : str
-        One of :data:`LAYER_METRICS`: ``"regression_error"`` (:func:`layer_regression_error`),
+        One of ``LAYER_METRICS``: ``"regression_error"`` (:func:`layer_regression_error`),
         ``"P_error"``, ``"VO_error"``, ``"P_relative_error"``, ``"VO_relative_error"``
         (:func:`layer_parameter_errors`), ``"voronoi_loss"`` (:func:`layer_voronoi_loss`),
         ``"entry_voronoi_loss"`` (:func:`entry_voronoi_loss`; give ``row`` and ``column``).

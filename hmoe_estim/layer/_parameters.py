@@ -15,7 +15,7 @@ An :class:`AttentionLayer` holds, for ``H`` heads of width ``d_v`` on tokens of 
 - optionally an intercept ``b`` of shape ``(d_out,)``, added to every row.
 
 :class:`LayerLayout` packs them into one vector, in the order of
-:func:`hmoe_estim.kernels.layer_offsets`::
+``hmoe_estim.kernels.layer_offsets``::
 
     theta = [ W_Q | W_K | W_V | W_O | W_θ | b ]      (each row-major; P in place of W_Q, W_K)
 
@@ -206,7 +206,7 @@ class LayerLayout:
         return {None: 0, "headwise": 1, "elementwise": 2}[self.granularity]
 
     def offsets(self):
-        """``(oK, oV, oO, oT, oB, P)`` of :func:`hmoe_estim.kernels.layer_offsets`."""
+        """``(oK, oV, oO, oT, oB, P)`` of ``hmoe_estim.kernels.layer_offsets``."""
         from ..kernels import layer_offsets
 
         f = getattr(layer_offsets, "py_func", layer_offsets)
@@ -253,8 +253,8 @@ class LayerLayout:
         return AttentionLayer(**kw)
 
     def kernel_args(self, gate, activation, rows):
-        """The trailing arguments of :func:`hmoe_estim.kernels.layer_values` (and of
-        :class:`~hmoe_estim.kernels.LayerPasses`) for this layout, gate, activation and rows."""
+        """The trailing arguments of ``hmoe_estim.kernels.layer_values`` (and of
+        ``hmoe_estim.kernels.LayerPasses``) for this layout, gate, activation and rows."""
         from .._names import ACTIVATION_CODES, LAYER_GATE_CODES
 
         return (self.n_heads, self.head_dim, self.d_out, self.qk == "full",
