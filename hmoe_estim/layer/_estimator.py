@@ -26,8 +26,11 @@ from .._defaults import PARAM_BOUND
 from .._names import GATE_FORMS, GRANULARITIES, QK_FORMS, ROWS
 from .._validation import check_activation, check_count, check_positive
 from ._forward import attention_layer_output, check_tokens
+from ._gauge import rebalance
 from ._parameters import LayerLayout, check_choice, check_form, check_layer_gate
 from ._problem import LayerProblem
+from ._scaling import check_layer_fit_size, scale_factors
+from ._varpro import VarProLayerProblem
 
 __all__ = ["AttentionLayerRegressor", "LAYER_SEARCH"]
 
@@ -173,8 +176,8 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
 
     def __init__(self, n_heads=1, head_dim=None, gate="none", activation="sigmoid",
                  gate_form="activation", granularity="headwise", qk="factored", rows="all",
-                 fit_intercept=False, alpha=0.0, solver="lm", n_starts=None, max_iter=None,
-                 random_state=None):
+                 fit_intercept=False, alpha=0.0, varpro="auto", solver="lm", n_starts=None,
+                 max_iter=None, random_state=None):
         self.n_heads = n_heads
         self.head_dim = head_dim
         self.gate = gate
@@ -185,6 +188,7 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         self.rows = rows
         self.fit_intercept = fit_intercept
         self.alpha = alpha
+        self.varpro = varpro
         self.solver = solver
         self.n_starts = n_starts
         self.max_iter = max_iter
@@ -202,9 +206,13 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         check_choice(self.rows, "rows", ROWS)
         if not isinstance(self.fit_intercept, (bool, np.bool_)):
             raise ValueError(f"fit_intercept must be True or False; got {self.fit_intercept!r}.")
-        if check_positive(self.alpha, "alpha", allow_zero=True) != 0.0:
-            raise ValueError(f"alpha={self.alpha!r}: the layer fit has no ridge penalty yet; "
-                             "use alpha=0.")
+        check_positive(self.alpha, "alpha", allow_zero=True)
+        if not (isinstance(self.varpro, str) and self.varpro == "auto") \
+                and not isinstance(self.varpro, (bool, np.bool_)):
+            raise ValueError(f"varpro must be 'auto', True or False; got {self.varpro!r}.")
+        if self.varpro is True and self.gate == "output":
+            raise ValueError("varpro=True needs a layer linear in W_O; gate='output' (G5) is "
+                             "not: use varpro='auto' or False.")
         H = check_count(self.n_heads, "n_heads")
         dv = d if self.head_dim is None else check_count(self.head_dim, "head_dim")
         if self.qk == "factored" and dv > d:
@@ -293,7 +301,9 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
             ``X`` not 3-D, ``Y`` of another ``n`` or ``N``, NaN or infinite values, fewer
             residuals (``n·R·d_out``) than parameters, ``head_dim > d`` with factored Q/K,
             an unknown gate, activation, form, granularity, ``qk`` or ``rows``, a combination
-            the layer cannot hold, ``alpha > 0`` (no ridge yet), a search knob out of range.
+            the layer cannot hold, ``alpha < 0``, ``varpro=True`` with G5, a search knob out
+            of range, a fit whose buffers would pass the memory limit (the message gives
+            the size and how to reduce it).
 
         Warns
         -----
@@ -315,23 +325,55 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
                 f"{n} samples give {m} output entries for {layout.n_params} parameters: the "
                 "least-squares fit is under-determined. Use more samples, or fewer heads or "
                 "a smaller head_dim.")
-        lower, upper = LayerProblem.default_box(layout, PARAM_BOUND)
-        problem = LayerProblem(X, Y, layout, self.gate, self.activation, lower, upper,
-                               rows=self.rows, gate_form=self.gate_form)
+        check_layer_fit_size(n, N, R, layout, self._use_varpro())
+        problem, scaling = self._scaled_problem(X, Y, layout)
         rng = check_random_state(self.random_state)
-        found = search.run(problem, self._draw(problem, X, Y, rng))
-        self._record(found, problem, search, X, Y)
+        found = search.run(problem, self._draw(problem, scaling, rng))
+        self._record(found, problem, scaling, search, X, Y)
         return self
 
-    def _draw(self, problem, X, Y, rng):
-        """``draw()``: a random start scaled to the data (class docstring), in the box."""
+    def _use_varpro(self):
+        """Whether the fit solves ``W_O`` in closed form (``varpro``; not for G5)."""
+        if isinstance(self.varpro, str):
+            return self.gate != "output"
+        return bool(self.varpro)
+
+    def _scaled_problem(self, X, Y, layout):
+        """The problem on the data scaled to unit size, and the scaling: ``(Y − Ȳ) / s_y`` on
+        ``X / s_x`` (powers of two; ``Ȳ`` the column means with an intercept, else 0;
+        ``s_y = 1`` for G5), the box mapped alike (class docstring)."""
+        from ..estimators._guards import input_scale, target_scale
+
+        lay = layout
+        d_out = lay.d_out
+        y_offset = Y.reshape(-1, d_out).mean(axis=0) if lay.fit_intercept else np.zeros(d_out)
+        Yc = Y - y_offset
+        s_y = target_scale(Yc, "none") if self.gate != "output" else 1.0
+        s_x = input_scale(X)
+        v = scale_factors(lay, s_x, s_y)
+        lower, upper = LayerProblem.default_box(lay, PARAM_BOUND)
+        lower, upper = lower * v, upper * v
+        Xs = np.ascontiguousarray(X / s_x)
+        Ys = np.ascontiguousarray(Yc / s_y)
+        kind = VarProLayerProblem if self._use_varpro() else LayerProblem
+        problem = kind(Xs, Ys, lay, self.gate, self.activation, lower, upper, rows=self.rows,
+                       gate_form=self.gate_form, alpha=float(self.alpha))
+        return problem, dict(v=v, s_x=s_x, s_y=s_y, y_offset=y_offset, Xs=Xs, Ys=Ys)
+
+    def _draw(self, problem, scaling, rng):
+        """``draw()``: a random start scaled to the (scaled) data (class docstring), in the
+        box; ``β`` only under the variable projection."""
         from ._data import random_attention_layer
 
         lay = problem.layout
+        X, Y = scaling["Xs"], scaling["Ys"]
         x_rms = float(np.sqrt(np.mean(X * X))) or 1.0
         y_flat = Y.reshape(-1, lay.d_out)
         y_std = float(np.std(y_flat)) or 1.0
         out_scale = 1.0 if self.gate == "output" else y_std
+        varpro = isinstance(problem, VarProLayerProblem)
+        lower = problem.full_lower if varpro else problem.lower
+        upper = problem.full_upper if varpro else problem.upper
 
         def draw():
             layer = random_attention_layer(
@@ -349,23 +391,38 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
                 layer.W_theta /= x_rms
             if lay.fit_intercept:
                 layer.intercept[:] = y_flat.mean(axis=0)
-            return np.clip(lay.pack(layer), problem.lower, problem.upper)
+            theta = np.clip(lay.pack(layer), lower, upper)
+            return problem.beta(theta) if varpro else theta
 
         return draw
 
-    def _record(self, found, problem, search, X, Y):
-        """The fitted attributes from the search's result."""
+    def _record(self, found, problem, scaling, search, X, Y):
+        """The fitted attributes from the search's result, in the units of the data."""
         from ..solvers import count_agreeing
 
         results = found.results
-        objectives = np.array([r.objective for r in results])
+        s_y = scaling["s_y"]
+        with np.errstate(over="ignore"):
+            objectives = np.array([r.objective for r in results]) * (s_y * s_y)
         if not np.any(np.isfinite(objectives)):
             raise ValueError("every start ended with a non-finite objective: X or Y is too "
                              "large for the layer; standardise them.")
         best = int(np.nanargmin(np.where(np.isfinite(objectives), objectives, np.nan)))
         res = results[best]
         lay = problem.layout
-        layer = lay.unpack(res.theta)
+        theta = problem.complete(res.theta) if isinstance(problem, VarProLayerProblem) \
+            else np.array(res.theta)
+        # the balanced point of the gauge orbit (the same function), in the scaled units
+        theta = lay.pack(rebalance(lay.unpack(theta), self.gate))
+        with np.errstate(over="ignore"):
+            theta = theta / scaling["v"]
+        if not np.all(np.isfinite(theta)):
+            raise ValueError(
+                f"the fitted weights overflow when mapped back to the units of Y (scale "
+                f"{s_y:.3g}) and X ({scaling['s_x']:.3g}); rescale Y and X to moderate values.")
+        if lay.fit_intercept:
+            theta[lay.offsets()[4]:] += scaling["y_offset"]
+        layer = lay.unpack(theta)
         self.layer_ = layer
         if layer.qk == "factored":
             self.W_Q_, self.W_K_ = layer.W_Q.copy(), layer.W_K.copy()
@@ -375,7 +432,9 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         self.intercept_ = (layer.intercept.copy() if layer.intercept is not None
                            else np.zeros(lay.d_out))
         self.P_, self.VO_ = layer.P_, layer.VO_
-        self.theta_ = np.array(res.theta)
+        self.theta_ = theta
+        self.varpro_ = isinstance(problem, VarProLayerProblem)
+        self.x_scale_, self.y_scale_ = float(scaling["s_x"]), float(s_y)
         self.objective_ = float(objectives[best])
         self.start_objectives_ = objectives
         self.n_starts_agreeing_ = count_agreeing(objectives, problem.n_residuals)
@@ -402,7 +461,10 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
                 f"The search stopped on its time budget (max_seconds={search.max_seconds}) "
                 f"after {found.rounds} round(s). Raise max_seconds for a search that runs "
                 "its rounds to the end.", ConvergenceWarning, stacklevel=3)
-        bounded = np.isfinite(problem.upper)
+        bounded = np.isfinite(LayerProblem.default_box(lay, PARAM_BOUND)[1])
+        if self.varpro_:  # W_O is solved, not boxed
+            oO, oT = lay.offsets()[2:4]
+            bounded[oO:oT] = False
         if np.any(np.abs(self.theta_[bounded]) >= PARAM_BOUND * (1 - 1e-9)):
             warnings.warn(
                 f"a fitted weight lies at the box [-{PARAM_BOUND:g}, {PARAM_BOUND:g}]: the box "
