@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._defaults import PARAM_BOUND
 from .._names import GATE_FORMS, GRANULARITIES, QK_FORMS, ROWS
 from .._validation import check_activation, check_count, check_positive
+from ..kernels import layer_values
 from ._forward import attention_layer_output, check_tokens
 from ._gauge import rebalance
 from ._parameters import LayerLayout, check_choice, check_form, check_layer_gate
@@ -402,18 +403,31 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
 
         results = found.results
         s_y = scaling["s_y"]
-        with np.errstate(over="ignore"):
-            objectives = np.array([r.objective for r in results]) * (s_y * s_y)
+        lay = problem.layout
+        varpro = isinstance(problem, VarProLayerProblem)
+        # every start's full theta at the balanced point of its gauge orbit (the same
+        # function), in the scaled units, and its objective: the mean squared residual plus
+        # the ridge (not the solve's tiny ridge of the variable projection)
+        thetas, objectives = [], []
+        y = problem.data_y if varpro else problem.y
+        weights = float(self.alpha) * problem.penalty_weights()
+        for r in results:
+            theta = problem.complete(r.theta) if varpro else np.array(r.theta)
+            if np.all(np.isfinite(theta)):
+                theta = lay.pack(rebalance(lay.unpack(theta), self.gate))
+            thetas.append(theta)
+            with np.errstate(over="ignore", invalid="ignore"):
+                res = layer_values(theta, problem.X, *problem.kernel_args(),
+                                   np.empty(y.size)) - y
+                obj = float(np.mean(res * res)) + float(weights.dot(theta * theta))
+            objectives.append(obj * s_y * s_y if np.isfinite(obj) else np.inf)
+        objectives = np.array(objectives)
         if not np.any(np.isfinite(objectives)):
             raise ValueError("every start ended with a non-finite objective: X or Y is too "
                              "large for the layer; standardise them.")
         best = int(np.nanargmin(np.where(np.isfinite(objectives), objectives, np.nan)))
         res = results[best]
-        lay = problem.layout
-        theta = problem.complete(res.theta) if isinstance(problem, VarProLayerProblem) \
-            else np.array(res.theta)
-        # the balanced point of the gauge orbit (the same function), in the scaled units
-        theta = lay.pack(rebalance(lay.unpack(theta), self.gate))
+        theta = thetas[best]
         with np.errstate(over="ignore"):
             theta = theta / scaling["v"]
         if not np.all(np.isfinite(theta)):
@@ -433,7 +447,7 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
                            else np.zeros(lay.d_out))
         self.P_, self.VO_ = layer.P_, layer.VO_
         self.theta_ = theta
-        self.varpro_ = isinstance(problem, VarProLayerProblem)
+        self.varpro_ = varpro
         self.x_scale_, self.y_scale_ = float(scaling["s_x"]), float(s_y)
         self.objective_ = float(objectives[best])
         self.start_objectives_ = objectives
