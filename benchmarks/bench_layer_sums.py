@@ -34,12 +34,14 @@ out = {"P": truth.layout.n_params}
 for threads in (1, 2):
     set_num_threads(threads)
     layer_sums(theta, X[:64], y[:64 * N * d], 0.0, *args)
-    best = np.inf
+    best = cpu = np.inf
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         layer_sums(theta, X, y, 0.0, *args)
         best = min(best, time.perf_counter() - t0)
+        cpu = min(cpu, time.process_time() - c0)
     out[f"sums_{threads}"] = best
+    out[f"cpu_{threads}"] = cpu
     try:
         from hmoe_estim.layer._varpro import VarProLayerProblem
     except ImportError:
@@ -65,7 +67,7 @@ def _run(path, argv, cache_dir=None):
                OMP_NUM_THREADS="1")
     if cache_dir:  # compile the other checkout's kernels outside its tree
         env["NUMBA_CACHE_DIR"] = cache_dir
-    res = subprocess.run([sys.executable, "-c", _CHILD, *map(str, argv)], env=env,
+    res = subprocess.run([sys.executable, "-c", _CHILD, *map(str, argv)], env=env, cwd=path,
                          capture_output=True, text=True, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -77,19 +79,24 @@ def main():
     ap.add_argument("--tokens", type=int, default=4)
     ap.add_argument("--d", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--old", default="/work/main")
     ap.add_argument("--new", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     a = ap.parse_args()
     argv = (a.n, a.heads, a.tokens, a.d, a.repeat)
     import tempfile
 
+    rows = []
     with tempfile.TemporaryDirectory() as cache:
-        rows = [("old", a.old, _run(a.old, argv, cache)), ("new", a.new, _run(a.new, argv))]
+        for k in range(a.rounds):  # alternated: a shared machine's load hits both alike
+            rows.append((f"old #{k + 1}", _run(a.old, argv, cache)))
+            rows.append((f"new #{k + 1}", _run(a.new, argv)))
     print(f"layer_sums, value gate, n={a.n}, H={a.heads}, N={a.tokens}, d=d_v=d_out={a.d}, "
-          f"P={rows[0][2]['P']}; best of {a.repeat} (seconds)")
-    print(f"{'checkout':<8} {'1 thread':>10} {'2 threads':>10} {'varpro 1':>10} {'varpro 2':>10}")
-    for label, _, r in rows:
-        cells = [r.get(k) for k in ("sums_1", "sums_2", "varpro_1", "varpro_2")]
+          f"P={rows[0][1]['P']}; best of {a.repeat} (seconds; cpu: process time)")
+    keys = ("sums_1", "cpu_1", "sums_2", "cpu_2", "varpro_1", "varpro_2")
+    print(f"{'checkout':<8} " + " ".join(f"{k:>10}" for k in keys))
+    for label, r in rows:
+        cells = [r.get(k) for k in keys]
         print(f"{label:<8} " + " ".join(f"{c:>10.4f}" if c is not None else f"{'-':>10}"
                                         for c in cells))
 

@@ -5,13 +5,15 @@ as an HMoE with its own parameters. Here every entry of the output shares the la
 (``W_Q, W_K`` or ``P``, ``W_V``, ``W_O``, the multiplicative gate's ``W_θ``), and the fit
 minimises the mean squared residual over all of them at once:
 
-    θ̂ ∈ argmin_θ Σ_{samples, rows, columns} (Y − f_θ(X))² / m
+    θ̂ ∈ argmin_θ Σ_{samples, rows, columns} (Y − f_θ(X))² / m  +  alpha·‖weights‖²
 
 with ``f_θ`` the layer's output (``hmoe_estim.layer.attention_layer_output``) and ``θ``
 its packed vector (``hmoe_estim.layer.LayerLayout``). ``fit`` reads as the method:
-validate, build a ``hmoe_estim.layer.LayerProblem``, run the package's
-:class:`~hmoe_estim.solvers.Search` with Levenberg–Marquardt on the layer kernel's analytic
-Jacobian, keep the best start.
+validate, check the memory, scale the data, build the problem (``W_O`` solved in closed form
+where the layer is linear in it: ``hmoe_estim.layer._varpro.VarProLayerProblem``; else a
+``hmoe_estim.layer.LayerProblem``), run the package's :class:`~hmoe_estim.solvers.Search`
+with Levenberg–Marquardt on the layer kernel's analytic Jacobian, complete and rebalance every
+start, unscale, keep the best.
 """
 
 import warnings
@@ -83,7 +85,14 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     fit_intercept : bool, default=False
         Add a free intercept ``b ∈ R^{d_out}`` to every row (after every gate; not boxed).
     alpha : float, default=0.0
-        Ridge penalty: not supported yet, must be 0 (a ``ValueError`` says so).
+        Ridge penalty ``alpha·‖w‖²`` on every weight (``W_Q, W_K`` or ``P``, ``W_V``,
+        ``W_O``, ``W_θ``; not the intercept), added to the *mean* squared residual as
+        :class:`~hmoe_estim.HMoERegressor`'s ``alpha`` (so it does not scale with ``n``), on
+        the weights of the scaled data (Notes).
+    varpro : {"auto", True, False}, default="auto"
+        Variable projection: solve ``W_O`` (and the intercept) in closed form for each value
+        of the other weights and search over those only (Notes). ``"auto"``: wherever the
+        layer is linear in ``W_O`` (every gate but ``"output"``); ``True`` refuses G5.
     solver : {"lm", "lbfgs"}, LocalSolver or Search, default="lm"
         ``"lm"`` (or a local solver object) runs inside the layer's default search (below);
         a :class:`~hmoe_estim.solvers.Search` sets every knob itself (give them all: its
@@ -110,15 +119,52 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     is signed already). Starts are ``hmoe_estim.layer.random_attention_layer`` draws
     scaled to the data: the input weights divided by the root mean square of ``X`` (``P``
     by its square), ``W_O`` multiplied by the standard deviation of ``Y`` (not for G5,
-    whose output is ``φ``'s), the intercept at the mean of ``Y``. Every weight lies in
-    ``[-10, 10]``.
+    whose output is ``φ``'s), the intercept at the mean of ``Y``. Every searched weight lies
+    in ``[-10, 10]`` (in the units of the data).
 
-    **No scaling.** Unlike :class:`~hmoe_estim.HMoERegressor`, ``X`` and ``Y`` are fitted
-    in their own units: standardise them when they are far from unit scale.
+    **Variable projection.** For every gate but G5 the output is ``Φ(β) W_O + b``, with
+    ``Φ`` the concatenated head outputs (``n·R × H·d_v``, shared by the ``d_out`` columns) and
+    ``β`` the other weights. For fixed ``β`` the best ``W_O`` and ``b`` solve one
+    least-squares problem with ``d_out`` right-hand sides; the search runs Levenberg–Marquardt
+    on the reduced problem in ``β``, with the partial gradient ``J_βᵀr`` at that solution and
+    Kaufman's Gauss–Newton matrix, the Schur complement ``J_βᵀJ_β − J_βᵀJ_W (J_WᵀJ_W)⁻¹
+    J_WᵀJ_β`` of the full one (both from the kernel's full sums at ``(β, Ŵ_O(β))``). ``W_O``
+    is then not boxed. The solve carries a ridge of ``1e-14`` (on the mean-squared-residual
+    scale, on the scaled data; the same on ``W_V``, which keeps the V/O gauge balanced) so that
+    it stays well-posed when head outputs are collinear or vanish; it moves the fit by about
+    ``1e-14`` relative and is left out of ``objective_``. ``varpro=False`` (and G5) runs
+    Levenberg–Marquardt on all weights.
+
+    **Scaling.** As :class:`~hmoe_estim.HMoERegressor`: the fit works on ``X / s_x`` and
+    ``(Y − Ȳ) / s_y`` (``Ȳ``: the column means with an intercept, else 0), ``s_x`` and
+    ``s_y`` the powers of two nearest to the root mean squares when those lie outside
+    ``[1/16, 16]`` (else 1; ``s_y = 1`` for G5, whose output is ``φ``'s). The layer of the
+    scaled data maps back exactly: ``W_Q, W_K, W_V, W_θ`` divided by ``s_x``, ``P`` by
+    ``s_x²``, ``W_O`` multiplied by ``s_y``, the intercept by ``s_y`` plus ``Ȳ``; the box and
+    ``objective_`` (times ``s_y²``) likewise. So fitting ``X·c``, ``Y·s`` (powers of two
+    outside that range) gives the transformed layer. ``alpha`` acts on the weights of the
+    scaled data, as the per-entry estimator's.
 
     **Gauges.** ``W_Q, W_K`` are determined only up to ``W_Q A, W_K A⁻ᵀ`` and, where nothing
     non-linear sits between them (MHA, G5, G3, G4, the headwise multiplicative gate),
-    ``W_V, W_O`` up to ``W_V B, B⁻¹ W_O``. Compare fits through ``P_`` and ``VO_``.
+    ``W_V, W_O`` up to ``W_V B, B⁻¹ W_O`` (``B`` diagonal for the elementwise gate). Every
+    start's result is moved, without changing its function, to the balanced point of its
+    orbit (``hmoe_estim.layer._gauge.rebalance``): per head, ``W_Q`` and ``W_K`` share the
+    singular values of ``√d_v P_h`` equally, ``W_V`` and ``W_O`` those of ``C_h = W_V W_O``
+    (for the diagonal gauge, each channel's two norms are equal). That point also has the
+    smallest penalty ``‖W_Q‖² + ‖W_K‖² + ‖W_V‖² + ‖W_O‖²`` of its orbit (twice the nuclear
+    norms of ``√d_v P_h`` and ``C_h``), so the ridge acts on the identified matrices. Compare
+    fits through ``P_`` and ``VO_``.
+
+    **Memory.** A fit's buffers (the data and their scaled copies, the head outputs of the
+    variable projection, the kernel's per-worker sums) are estimated before anything is
+    allocated (``hmoe_estim.layer._scaling.layer_fit_memory_bytes``); above 4 GiB
+    (``hmoe_estim.estimators._guards.MAX_FIT_BYTES``) the fit is refused with the size and
+    how to reduce it.
+
+    **Kernel.** The Gauss–Newton sums run over samples in chunks whose number depends only
+    on ``n``, on Numba's threads, and add the chunks in order: the fit is the same bits for
+    any thread count.
 
     **Score.** :meth:`score` is scikit-learn's ``r2_score`` on the outputs flattened to
     ``(n, R·d_out)`` (``R`` rows): the mean over output entries of each entry's R².
@@ -140,9 +186,14 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     VO_ : ndarray of shape (H, d, d_out)
         ``W_V,h W_O,h`` (invariant under the V/O gauge).
     objective_ : float
-        Mean squared residual of the best start.
+        Mean squared residual of the best start plus the ridge ``alpha·‖w‖²`` (of the
+        scaled weights, times ``s_y²``), in the units of ``Y``.
     start_objectives_ : ndarray
         Final objective of every start run to convergence, round after round.
+    varpro_ : bool
+        Whether ``W_O`` was solved in closed form (variable projection).
+    x_scale_, y_scale_ : float
+        ``s_x`` and ``s_y`` of the fit (Notes: Scaling).
     n_starts_agreeing_ : int
         Starts within ``σ̂²/m`` of the best objective (``m`` residuals).
     n_rounds_agreeing_ : int
