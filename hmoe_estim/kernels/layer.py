@@ -41,7 +41,8 @@ with ``P (H·d·d)`` in place of ``W_Q, W_K`` for full Q/K. The outputs of one s
 rows ``i`` of ``f`` (all ``N`` rows, or the last one) flattened row-major: ``(i, c)`` is
 entry ``(i − i0)·d_out + c``.
 
-:func:`layer_sums` accumulates ``JᵀJ`` (upper triangle, four Jacobian rows at a time),
+:func:`layer_sums` accumulates ``JᵀJ`` (upper triangle; per output column, four Jacobian rows
+at a time, skipping the other columns' zero ``W_O`` entries),
 ``Jᵀr``, ``Σ r²``, ``Σ J`` and ``Σ r`` in chunks of samples (:func:`layer_chunks`: their
 number depends only on ``n`` and ``P``), on Numba's threads, and adds the chunks in order: the
 result does not depend on the thread count. :func:`layer_heads` returns the head outputs
@@ -356,48 +357,71 @@ def layer_chunks(n, P):
 
 
 @njit(cache=True, error_model="numpy")
-def _accumulate(J, f, y, y0, offset, w, P, A, Jr, colsum, tot):
-    """Add the ``w`` rows of ``J`` (residuals ``f + offset − y[y0:]``) to ``A`` (upper
-    triangle), ``Jr`` and ``colsum``; ``tot[0] += Σ r²``, ``tot[1] += Σ r``.
+def _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, q0, q1):
+    """``A[p, q] += a0 J0[q] + a1 J1[q] + a2 J2[q] + a3 J3[q]`` for ``q`` in ``[q0, q1)``
+    (``Ap = A[p]``): a vectorisable update, not a reduction."""
+    for q in range(q0, q1):
+        Ap[q] += a0 * J0[q] + a1 * J1[q] + a2 * J2[q] + a3 * J3[q]
 
-    Four rows at a time: each entry of ``A`` is loaded and stored once per four rows (the
-    inner loop over ``q`` is a vectorisable update, not a reduction); columns zero in all
-    four rows are skipped (a row has one column of ``W_O`` in ``d_out`` non-zero).
+
+@njit(cache=True, error_model="numpy")
+def _group(J, rows, nr, r, P, oO, oT, dout, c, A, Jr, colsum):
+    """Add rows ``rows[:nr]`` (``nr <= 4``, all of output column ``c``; residuals ``r``) of
+    ``J`` to ``A`` (upper triangle), ``Jr`` and ``colsum``.
+
+    Rows of one column ``c`` are zero on the ``W_O`` columns of the other output columns:
+    those are skipped as ``p`` (all four entries zero) and as ``q`` (only the ``W_O`` entries
+    ``(k, c)``, at stride ``d_out``, are visited), so a group costs about ``(P_β + H d_v)²/2``
+    updates instead of ``P²/2``. Each entry of ``A`` is loaded and stored once per group.
     """
-    row = 0
-    while row + 4 <= w:
-        r0 = f[row] + offset - y[y0 + row]
-        r1 = f[row + 1] + offset - y[y0 + row + 1]
-        r2 = f[row + 2] + offset - y[y0 + row + 2]
-        r3 = f[row + 3] + offset - y[y0 + row + 3]
-        tot[0] += r0 * r0 + r1 * r1 + r2 * r2 + r3 * r3
-        tot[1] += r0 + r1 + r2 + r3
-        J0, J1, J2, J3 = J[row], J[row + 1], J[row + 2], J[row + 3]
-        for p in range(P):
-            a0, a1, a2, a3 = J0[p], J1[p], J2[p], J3[p]
-            if a0 == 0.0 and a1 == 0.0 and a2 == 0.0 and a3 == 0.0:
-                continue
-            Jr[p] += a0 * r0 + a1 * r1 + a2 * r2 + a3 * r3
-            colsum[p] += a0 + a1 + a2 + a3
-            Ap = A[p]
-            for q in range(p, P):
-                Ap[q] += a0 * J0[q] + a1 * J1[q] + a2 * J2[q] + a3 * J3[q]
-        row += 4
-    while row < w:
-        r = f[row] + offset - y[y0 + row]
-        tot[0] += r * r
-        tot[1] += r
-        Jrow = J[row]
-        for p in range(P):
-            jp = Jrow[p]
-            if jp == 0.0:
-                continue
-            Jr[p] += jp * r
-            colsum[p] += jp
-            Ap = A[p]
-            for q in range(p, P):
-                Ap[q] += jp * Jrow[q]
-        row += 1
+    J0 = J[rows[0]]
+    J1 = J[rows[1]] if nr > 1 else J0
+    J2 = J[rows[2]] if nr > 2 else J0
+    J3 = J[rows[3]] if nr > 3 else J0
+    r0 = r[0]
+    r1 = r[1] if nr > 1 else 0.0
+    r2 = r[2] if nr > 2 else 0.0
+    r3 = r[3] if nr > 3 else 0.0
+    K = (oT - oO) // dout
+    for p in range(P):
+        a0 = J0[p]
+        a1 = J1[p] if nr > 1 else 0.0
+        a2 = J2[p] if nr > 2 else 0.0
+        a3 = J3[p] if nr > 3 else 0.0
+        if a0 == 0.0 and a1 == 0.0 and a2 == 0.0 and a3 == 0.0:
+            continue
+        Jr[p] += a0 * r0 + a1 * r1 + a2 * r2 + a3 * r3
+        colsum[p] += a0 + a1 + a2 + a3
+        Ap = A[p]
+        if p < oO:
+            _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, p, oO)
+        k0 = 0 if p < oO else (p - oO) // dout
+        if p < oT:
+            for k in range(k0, K):
+                q = oO + k * dout + c
+                if q >= p:
+                    Ap[q] += a0 * J0[q] + a1 * J1[q] + a2 * J2[q] + a3 * J3[q]
+        _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, max(p, oT), P)
+
+
+@njit(cache=True, error_model="numpy")
+def _accumulate(J, f, y, y0, offset, R, dout, P, oO, oT, A, Jr, colsum, tot, rows, r):
+    """Add the ``R·d_out`` rows of one sample's ``J`` (residuals ``f + offset − y[y0:]``) to
+    ``A`` (upper triangle), ``Jr`` and ``colsum``; ``tot[0] += Σ r²``, ``tot[1] += Σ r``.
+    Output column by output column, four rows (tokens) at a time (:func:`_group`)."""
+    for c in range(dout):
+        a = 0
+        while a < R:
+            nr = min(4, R - a)
+            for t in range(nr):
+                row = (a + t) * dout + c
+                rows[t] = row
+                rt = f[row] + offset - y[y0 + row]
+                r[t] = rt
+                tot[0] += rt * rt
+                tot[1] += rt
+            _group(J, rows, nr, r, P, oO, oT, dout, c, A, Jr, colsum)
+            a += nr
 
 
 @njit(cache=True, error_model="numpy")
@@ -408,12 +432,14 @@ def _sums_worker(wk, nworkers, theta, X, y, offset, H, dv, dout, full, gate, act
     n, N, d = X.shape
     i0 = N - 1 if last else 0
     R = N - i0
-    P = layer_offsets(H, d, dv, dout, full, theta_kind, intercept)[5]
+    oK, oV, oO, oT, oB, P = layer_offsets(H, d, dv, dout, full, theta_kind, intercept)
     hb, g, zg, scratch = _workspace(H, N, d, dv, dout, R)
     w = R * dout
     f = np.empty(w)
     J = np.empty((w, P))
     tot = np.zeros(2)
+    rows = np.empty(4, dtype=np.int64)
+    r = np.empty(4)
     nchunks = partial.shape[0]
     for c in range(wk, nchunks, nworkers):
         acc = partial[c]
@@ -425,7 +451,8 @@ def _sums_worker(wk, nworkers, theta, X, y, offset, H, dv, dout, full, gate, act
         for s in range(c * n // nchunks, (c + 1) * n // nchunks):
             _sample(theta, X[s], H, N, d, dv, dout, full, gate, act, theta_kind, intercept,
                     i0, True, f, J, hb, g, zg, scratch)
-            _accumulate(J, f, y, s * w, offset, w, P, A, Jr, colsum, tot)
+            _accumulate(J, f, y, s * w, offset, R, dout, P, oO, oT, A, Jr, colsum, tot,
+                        rows, r)
         acc[P * P + P] = tot[0]
         acc[P * P + 2 * P + 1] = tot[1]
 
