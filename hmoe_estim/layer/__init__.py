@@ -5,7 +5,8 @@ al. 2025), and synthetic data from a known layer.
 Each entry of the output is an HMoE (the paper's Section 2, :mod:`hmoe_estim.attention`); here
 the entries share their parameters, as in a layer. The Jacobian and Gauss–Newton sums of a fit
 are the kernels' (:mod:`hmoe_estim.kernels.layer`); :class:`LayerProblem` is a layer fit in
-the form the package's search and local solvers take, and
+the form the package's search and local solvers take (:class:`VarProLayerProblem` the same
+with ``W_O`` solved in closed form), and
 :class:`AttentionLayerRegressor` the scikit-learn estimator that fits a layer with them. The
 gauge-invariant metrics of a fitted layer against the true one (regression error, ``P_h`` and
 ``C_h`` errors, the layer and per-entry Voronoi losses) and their scorers close the loop;
@@ -42,6 +43,7 @@ from ._metrics import (
 from ._parameters import AttentionLayer, LayerLayout
 from ._problem import LayerProblem
 from ._torch import layer_from_torch, layer_to_torch
+from ._varpro import VarProLayerProblem
 
 __all__ = [
     "AttentionLayer",
@@ -50,6 +52,7 @@ __all__ = [
     "random_attention_layer",
     "make_attention_regression",
     "LayerProblem",
+    "VarProLayerProblem",
     "AttentionLayerRegressor",
     "layer_regression_error",
     "head_matching",
