@@ -178,7 +178,8 @@ def estimator_starts(X, Y, H, dv, gate, act, count, seed):
     layout = est._layout(X.shape[2], Y.shape[-1])
     lower, upper = LayerProblem.default_box(layout, PARAM_BOUND)
     problem = LayerProblem(X, Y, layout, gate, act, lower, upper, gate_form="activation")
-    draw = est._draw(problem, X, Y, check_random_state(seed))
+    # the fit's own start distribution (scaled to the data it is given, here in its units)
+    draw = est._draw(problem, {"Xs": X, "Ys": Y}, check_random_state(seed))
     return [draw() for _ in range(count)], lower, upper, layout
 
 
