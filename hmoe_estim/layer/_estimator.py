@@ -637,9 +637,6 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
             ``vec(X)``, so an entry is no HMoE) or ``gate_form="multiplicative"`` (its gate
             has weights of its own); ``row`` or ``column`` out of range.
         """
-        from ..attention import attention_to_measure
-        from ..model import MixingMeasure
-
         check_is_fitted(self, "layer_")
         if self.gate not in _MEASURE_GATES or self.gate_form != "activation":
             raise ValueError(
@@ -651,25 +648,7 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) \
                     or not 0 <= v < top:
                 raise ValueError(f"{name} must be an integer in [0, {top}); got {v!r}.")
-        H, d, dv = lay.n_heads, lay.d, lay.head_dim
-        # attention_to_measure reads the weights omega = W_O[:, :, column] of a d×d layer:
-        # the fitted column goes to column 0 of a (H, d_v, d) W_O
-        W_O = np.zeros((H, dv, d))
-        W_O[:, :, 0] = lay.W_O[:, :, column]
-        if lay.qk == "factored":
-            return attention_to_measure(lay.W_Q, lay.W_K, lay.W_V, W_O, n_tokens=N, row=row,
-                                        column=0)
-        # full scores: the measure's experts and weights from any W_Q, W_K, its gate
-        # matrices from P (J_rowᵀ P_h J_j, symmetrised, as attention_to_measure builds them)
-        zero = np.zeros((H, d, dv))
-        G = attention_to_measure(zero, zero, lay.W_V, W_O, n_tokens=N, row=row, column=0)
-        D = N * d
-        M = np.zeros((H, N, D, D))
-        rs = slice(row * d, (row + 1) * d)
-        for j in range(N):
-            M[:, j, rs, j * d:(j + 1) * d] = lay.P
-        M = 0.5 * (M + np.swapaxes(M, 2, 3))
-        return MixingMeasure(G.omega, M, G.a).normalized()
+        return lay.entry_measure(row, column, n_tokens=N)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -386,30 +386,6 @@ def layer_parameter_errors(layer, true_layer, *, heads=None):
         P_relative_errors=_ratio(P_errors, nP), VO_relative_errors=_ratio(VO_errors, nC))
 
 
-# -- entry measures -----------------------------------------------------------------------
-def _entry_measure(layer, N, row, column):
-    """The mixing measure of output entry ``(row, column)`` of ``layer`` on ``N`` tokens
-    (:func:`hmoe_estim.attention.attention_to_measure`; ``P`` itself with full Q/K)."""
-    from ..attention import attention_to_measure
-    from ..model import MixingMeasure
-
-    H, d, dv = layer.n_heads, layer.d, layer.head_dim
-    W_O = np.zeros((H, dv, d))  # the column goes to column 0 of a d×d layer's W_O
-    W_O[:, :, 0] = layer.W_O[:, :, column]
-    if layer.qk == "factored":
-        return attention_to_measure(layer.W_Q, layer.W_K, layer.W_V, W_O, n_tokens=N, row=row,
-                                    column=0)
-    zero = np.zeros((H, d, dv))
-    G = attention_to_measure(zero, zero, layer.W_V, W_O, n_tokens=N, row=row, column=0)
-    D = N * d
-    M = np.zeros((H, N, D, D))
-    rs = slice(row * d, (row + 1) * d)
-    for j in range(N):
-        M[:, j, rs, j * d:(j + 1) * d] = layer.P
-    M = 0.5 * (M + np.swapaxes(M, 2, 3))
-    return MixingMeasure(G.omega, M, G.a).normalized()
-
-
 # -- layer Voronoi loss -------------------------------------------------------------------
 def _layer_branches(layer, X, gate, activation):
     """``B[x, i, h, k] = Σ_j S_h[i, j] e_{h,k}(x_j)``, shape ``(n, N, H, K)``: head ``h``'s
@@ -654,7 +630,7 @@ def _row_loss(fit, true, B, Bs, N, row, r, signed, token_matching, gate):
     for hp in range(H):
         for kp in range(K):
             sizes[tuple(assignment[hp, kp])] += 1
-    G, Gs = _entry_measure(fit, N, row, 0), _entry_measure(true, N, row, 0)
+    G, Gs = fit.entry_measure(row, 0, n_tokens=N), true.entry_measure(row, 0, n_tokens=N)
     o, os_ = fit.W_O, true.W_O  # (H, K, d_out)
     cell_weights = np.zeros((Hs, Ks, fit.d_out))
     exponents = np.where(sizes > 0, (1 if r is None else r), 0)
@@ -873,8 +849,8 @@ def entry_voronoi_loss(layer, true_layer, row, column, *, gate=None, activation=
     column = _check_entry(column, "column", fit.d_out)
     if align:
         fit = align_layer(fit, true, gate=gate, activation=activation, gate_form=gate_form)
-    details = voronoi_loss(_entry_measure(fit, N, row, column),
-                           _entry_measure(true, N, row, column), gate=gate,
+    details = voronoi_loss(fit.entry_measure(row, column, n_tokens=N),
+                           true.entry_measure(row, column, n_tokens=N), gate=gate,
                            activation=activation, r=r, X_ref=X.reshape(n, N * d),
                            token_matching=token_matching, sign_symmetry=sign_symmetry,
                            return_details=True)
