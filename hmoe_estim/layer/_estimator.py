@@ -39,7 +39,7 @@ __all__ = ["AttentionLayerRegressor", "LAYER_SEARCH"]
 
 #: The knobs of the layer's default search (``n_candidates`` per start; see the class
 #: docstring for why).
-LAYER_SEARCH = dict(candidates_per_start=32, race_iter=10, race_samples=256, rounds=4, agree=2)
+LAYER_SEARCH = dict(candidates_per_start=8, race_iter=10, race_samples=256, rounds=4, agree=2)
 
 #: Default starts per round of the layer's search.
 LAYER_N_STARTS = 4
@@ -109,11 +109,12 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     -----
     **The search.** The layer's default search is a :class:`~hmoe_estim.solvers.Search` with
     every knob given (its ``"auto"`` table is tuned for the per-entry models):
-    ``n_candidates = 32·n_starts`` random starts raced for ``race_iter = 10``
+    ``n_candidates = 8·n_starts`` random starts raced for ``race_iter = 10``
     Levenberg–Marquardt iterations on ``race_samples = 256`` token matrices (each holds
     ``N·d_out`` residuals, so 256 of them already pin a small layer down while a race step
-    stays cheap), the ``n_starts`` best run to convergence on all the data; up to
-    ``rounds = 4`` rounds, stopping once ``agree = 2`` independent rounds reach the best
+    stays cheap; more candidates found no better optimum on the layer benchmark's shapes and
+    cost up to four times the time), the ``n_starts`` best run to convergence on all the
+    data; up to ``rounds = 4`` rounds, stopping once ``agree = 2`` independent rounds reach the best
     objective (within ``σ̂²/m``); no moves (the moves of the search redraw or reassign the
     experts of one entry's measure, which a layer does not have); ``signed=False`` (``W_O``
     is signed already). Starts are ``hmoe_estim.layer.random_attention_layer`` draws
