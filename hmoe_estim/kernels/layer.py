@@ -58,6 +58,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from .lm_step import LMWorkspace
+from .objective import SERIAL_SAMPLES
 
 __all__ = [
     "layer_offsets",
@@ -518,7 +519,12 @@ def layer_sums(theta, X, y, offset, H, dv, dout, full, gate, act, theta_kind, in
 
 
 def _run_sums(theta, X, y, offset, args, partial, n_threads):
-    nthreads = get_num_threads() if n_threads is None else int(n_threads)
+    # below SERIAL_SAMPLES residuals (a race's subsample) threads cost more than they save;
+    # the serial and the parallel loop add the same chunks in the same order
+    if y.size < SERIAL_SAMPLES:
+        nthreads = 1
+    else:
+        nthreads = get_num_threads() if n_threads is None else int(n_threads)
     nworkers = min(max(nthreads, 1), partial.shape[0])
     if nworkers <= 1:
         _sums_worker(0, 1, theta, X, y, offset, *args, partial)
