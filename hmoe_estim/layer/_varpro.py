@@ -230,7 +230,7 @@ class VarProPasses:
                 W = np.full(B.shape, np.nan)  # the solvers reject the point
             else:
                 try:
-                    W = cho_solve(cho_factor(G), B)
+                    W = cho_solve(cho_factor(G, check_finite=False), B, check_finite=False)
                 except np.linalg.LinAlgError:  # singular in rounding despite the ridge
                     W = np.linalg.lstsq(G, B, rcond=None)[0]
             theta[self.lin] = W.ravel()
@@ -259,10 +259,13 @@ class VarProPasses:
             gw = g[lin] + self.ridge_flat * Wf
             Abw = A[np.ix_(bidx, lin)]
             ssr = ssr + float(self.ridge_flat.dot(Wf * Wf)) + float(self.pen.dot(beta * beta))
+            if not (finite and math.isfinite(ssr)):  # the solver rejects the point
+                P = bidx.size
+                return np.zeros((P, P)), np.zeros(P), ssr, np.zeros(P), 0.0, False
             try:
-                c = cho_factor(Aww)
-                T = cho_solve(c, Abw.T)
-                u = cho_solve(c, gw)
+                c = cho_factor(Aww, check_finite=False)
+                T = cho_solve(c, Abw.T, check_finite=False)
+                u = cho_solve(c, gw, check_finite=False)
             except (np.linalg.LinAlgError, ValueError):
                 T = np.linalg.lstsq(Aww, Abw.T, rcond=None)[0]
                 u = np.linalg.lstsq(Aww, gw, rcond=None)[0]
