@@ -32,6 +32,7 @@ _LAZY = {
     "jacobian_matrix": "jacobian",
     "KernelPasses": "passes",
     "damped_step": "lm_step",
+    "LMWorkspace": "lm_step",
     "free_set": "lm_step",
     "numba_threads": "threads",
     "set_numba_threads": "threads",

@@ -395,7 +395,7 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         """The problem on the data scaled to unit size, and the scaling: ``(Y − Ȳ) / s_y`` on
         ``X / s_x`` (powers of two; ``Ȳ`` the column means with an intercept, else 0;
         ``s_y = 1`` for G5), the box mapped alike (class docstring)."""
-        from ..estimators._guards import input_scale, target_scale
+        from ..estimators import input_scale, target_scale
 
         lay = layout
         d_out = lay.d_out

@@ -13,7 +13,7 @@
 
 import numpy as np
 
-from ..estimators._guards import MAX_FIT_BYTES
+from ..estimators import MAX_FIT_BYTES
 
 __all__ = ["scale_factors", "layer_fit_memory_bytes", "check_layer_fit_size"]
 

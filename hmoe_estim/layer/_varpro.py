@@ -158,7 +158,7 @@ class VarProLayerProblem(LayerProblem):
 
     # -- kernels -------------------------------------------------------------------------
     def passes(self):
-        """The passes of a Levenberg–Marquardt iteration on ``β`` (:class:`VarProPasses`)."""
+        """The passes of a Levenberg–Marquardt iteration on ``β`` (``VarProPasses``)."""
         return VarProPasses(self)
 
     def objective_and_gradient(self, beta):
@@ -180,8 +180,7 @@ class VarProPasses:
     followed by the penalty's residuals). The solve ``W̃(β)`` of the last ``β`` is kept."""
 
     def __init__(self, problem):
-        from ..kernels import LayerPasses, layer_heads
-        from ..kernels.lm_step import LMWorkspace
+        from ..kernels import LayerPasses, LMWorkspace, layer_heads
 
         lay = problem.layout
         self.layout = lay
