@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from .._defaults import MAX_ITER, N_STARTS, OMEGA_MAX, PARAM_BOUND, SOLVER, SOLVERS, TOL
-from .._names import ACTIVATIONS, GATE_LABELS, GATES
+from .._names import ACTIVATIONS, GATES, LAYER_GATE_LABELS
 
 __all__ = [
     "ConfigError",
@@ -86,7 +86,11 @@ __all__ = [
 ]
 
 #: Built-in presets shipped as ``hmoe_estim/study/presets/<name>.toml``.
-PRESETS = ("quick", "full")
+PRESETS = ("quick", "full", "layer")
+#: Kinds of study: ``"entry"`` fits one output entry as an HMoE (the default; configs
+#: without ``kind`` are entry studies), ``"layer"`` a whole attention layer
+#: (``hmoe_estim/study/_layer_config.py``).
+KINDS = ("entry", "layer")
 #: Top-level keys of a config that describe a study without changing its numbers: left out of
 #: :meth:`StudyConfig.config_hash` and of the comparison that lets a stored study resume.
 DESCRIPTIVE_KEYS = ("description",)
@@ -215,7 +219,7 @@ class ModelSpec:
     @property
     def label(self):
         """Paper label, e.g. ``"G2 (value)"``."""
-        return f"{GATE_LABELS[self.gate]} ({self.name})"
+        return f"{LAYER_GATE_LABELS[self.gate]} ({self.name})"
 
     @property
     def key(self):
@@ -282,8 +286,70 @@ class MetricsConfig:
     ref_seed: int = 0
 
 
+class StudyBase:
+    """What every kind of study config has: models, grid, seed and their plain form.
+
+    Subclasses (:class:`StudyConfig`, :class:`~hmoe_estim.study.LayerStudyConfig`) are frozen
+    dataclasses with ``models``, ``name``, ``seed`` and ``grid`` fields and a ``to_dict``.
+    """
+
+    def model(self, name):
+        """The :class:`ModelSpec` called ``name``."""
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def n_fits(self):
+        """``len(models) · len(n grid) · reps``."""
+        return len(self.models) * len(self.grid.n) * self.grid.reps
+
+    def config_hash(self):
+        """SHA-256 (16 hex digits) of the canonical JSON of :meth:`to_dict`, without the
+        descriptive fields (``DESCRIPTIVE_KEYS``): rewording a description does not make a
+        stored study a different one."""
+        d = without_descriptive(self.to_dict())
+        text = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def with_changes(self, **sections):
+        """A new validated config with some fields replaced, e.g.
+        ``cfg.with_changes(fit={"init": "near-truth"}, grid={"reps": 2})``."""
+        d = self.to_dict()
+        for section, values in sections.items():
+            if isinstance(values, dict) and isinstance(d.get(section), dict):
+                d[section] = {**d[section], **values}
+                if section == "grid" and ("n_min" in values or "n_points" in values):
+                    d[section].pop("n", None)
+            else:
+                d[section] = values
+        return StudyConfig.from_dict(d)
+
+    @classmethod
+    def from_dict(cls, d, *, base_dir=None):
+        """Validate a nested dict (as read from TOML/JSON) into a study config: a
+        :class:`StudyConfig`, or a :class:`~hmoe_estim.study.LayerStudyConfig` when
+        ``kind = "layer"``.
+
+        Parameters
+        ----------
+        d : dict
+            Top-level keys ``kind, name, description, seed, activation, models, truth, data,
+            grid, fit, metrics`` (and ``baseline`` for a layer study).
+        base_dir : str or None
+            Directory against which ``truth.file`` is resolved.
+
+        Raises
+        ------
+        ConfigError
+            Unknown keys, wrong types, impossible sizes, an unreadable truth file, duplicate
+            model names, an empty grid.
+        """
+        return _from_dict(d, base_dir)
+
+
 @dataclass(frozen=True)
-class StudyConfig:
+class StudyConfig(StudyBase):
     """A complete, validated study configuration.
 
     Build it with :func:`load_config` (TOML or JSON file), :func:`load_preset` or
@@ -300,6 +366,10 @@ class StudyConfig:
     grid: GridConfig = field(default_factory=GridConfig)
     fit: FitConfig = field(default_factory=FitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+    #: The kind of study (:data:`KINDS`); a class attribute, not a field, so that the plain
+    #: form and hash of an entry study are those of configs written before kinds existed.
+    kind = "entry"
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -329,16 +399,43 @@ class StudyConfig:
         """True when the fits start near the true measure (an oracle aid)."""
         return self.fit.init == "near-truth"
 
-    def model(self, name):
-        """The :class:`ModelSpec` called ``name``."""
-        for m in self.models:
-            if m.name == name:
-                return m
-        raise KeyError(name)
+    @property
+    def required_keys(self):
+        """Keys every record of this study has (``hmoe_estim.study.REQUIRED_KEYS``)."""
+        from ._results import REQUIRED_KEYS
 
-    def n_fits(self):
-        """``len(models) · len(n grid) · reps``."""
-        return len(self.models) * len(self.grid.n) * self.grid.reps
+        return REQUIRED_KEYS
+
+    @property
+    def rate_metrics(self):
+        """Metrics whose rates the study fits, and the panels of its figure, in order."""
+        from ._rates import RATE_METRICS
+
+        return RATE_METRICS
+
+    @property
+    def optional_metrics(self):
+        """Rate metrics left out of a model none of whose records has them."""
+        from ._rates import MEASURE_METRICS
+
+        return MEASURE_METRICS
+
+    @property
+    def plot_panels(self):
+        """Panels of the learning-curve figure (:func:`~hmoe_estim.study.plot_learning_curves`)."""
+        from ._plotting import PLOT_METRICS
+
+        return PLOT_METRICS
+
+    def plan_summary(self):
+        """The fitted model and search in one phrase, for the line a run starts with."""
+        return (f"K={self.fit.n_experts} ({self.specification}), init={self.fit.init}, "
+                f"{self.fit.n_starts} starts")
+
+    def figure_title(self):
+        """Title of the learning-curve figure."""
+        return (f"{self.name}: K={self.fit.n_experts} fitted, K*={self.truth.n_experts}, "
+                f"init={self.fit.init}")
 
     def warnings(self):
         """Human-readable remarks about the configuration (not errors)."""
@@ -381,51 +478,10 @@ class StudyConfig:
             "metrics": dataclasses.asdict(self.metrics),
         }
 
-    def config_hash(self):
-        """SHA-256 (16 hex digits) of the canonical JSON of :meth:`to_dict`, without the
-        descriptive fields (``DESCRIPTIVE_KEYS``): rewording a description does not make a
-        stored study a different one."""
-        d = without_descriptive(self.to_dict())
-        text = json.dumps(d, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-    def with_changes(self, **sections):
-        """A new validated config with some fields replaced, e.g.
-        ``cfg.with_changes(fit={"init": "near-truth"}, grid={"reps": 2})``."""
-        d = self.to_dict()
-        for section, values in sections.items():
-            if isinstance(values, dict) and isinstance(d.get(section), dict):
-                d[section] = {**d[section], **values}
-                if section == "grid" and ("n_min" in values or "n_points" in values):
-                    d[section].pop("n", None)
-            else:
-                d[section] = values
-        return StudyConfig.from_dict(d)
-
-    @classmethod
-    def from_dict(cls, d, *, base_dir=None):
-        """Validate a nested dict (as read from TOML/JSON) into a :class:`StudyConfig`.
-
-        Parameters
-        ----------
-        d : dict
-            Top-level keys ``name, description, seed, activation, models, truth, data, grid,
-            fit, metrics``.
-        base_dir : str or None
-            Directory against which ``truth.file`` is resolved.
-
-        Raises
-        ------
-        ConfigError
-            Unknown keys, wrong types, impossible sizes, an unreadable truth file, duplicate
-            model names, an empty grid.
-        """
-        return _from_dict(d, base_dir)
-
 
 # -- validation ----------------------------------------------------------------------------
-_TOP = {"name", "description", "seed", "activation", "models", "truth", "data", "grid", "fit",
-        "metrics"}
+_TOP = {"kind", "name", "description", "seed", "activation", "models", "truth", "data", "grid",
+        "fit", "metrics"}
 _TRUTH = {"n_heads", "n_tokens", "n_experts", "n_features", "scale", "seed", "measure", "file"}
 _DATA = {"noise", "box"}
 _GRID = {"n", "n_min", "n_max", "n_points", "reps"}
@@ -434,7 +490,7 @@ _METRICS = {f.name for f in dataclasses.fields(MetricsConfig)}
 _MODEL = {"gate", "activation", "name"}
 
 
-def _models(raw, default_activation):
+def _models(raw, default_activation, gates=GATES):
     if raw is None:
         raise ConfigError(
             "the config has no 'models': add e.g. models = [\"none\", \"value\", \"sdpa\"]."
@@ -449,13 +505,13 @@ def _models(raw, default_activation):
         elif isinstance(item, dict):
             _check_keys(item, _MODEL, where)
             if "gate" not in item:
-                raise ConfigError(f"{where} needs a 'gate' (one of {list(GATES)}).")
+                raise ConfigError(f"{where} needs a 'gate' (one of {list(gates)}).")
             gate = item["gate"]
             act = item.get("activation", default_activation)
             name = _str(item.get("name", ""), f"{where}.name")
         else:
             raise ConfigError(f"{where} must be a gate name or a table; got {item!r}.")
-        _str(gate, f"{where}.gate", GATES)
+        _str(gate, f"{where}.gate", gates)
         _str(act, f"{where}.activation", ACTIVATIONS)
         specs.append([gate, act, name])
     gates = [s[0] for s in specs]
@@ -584,6 +640,14 @@ def _from_dict(d, base_dir=None):
     # A stored OUT/config.json wraps the config; accept it directly.
     if "config" in d and "config_hash" in d:
         d = d["config"]
+    if not isinstance(d, dict):
+        raise ConfigError("a study config must be a table of keys.")
+    kind = _str(d.get("kind", "entry"), "kind", KINDS)
+    if kind == "layer":
+        from ._layer_config import layer_from_dict
+
+        return layer_from_dict(d)
+    d.pop("kind", None)
     _check_keys(d, _TOP, "the config's top level")
     name = _str(d.get("name", "study"), "name")
     description = _str(d.get("description", ""), "description")

@@ -114,7 +114,7 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
         ``"reading"`` of its slope (:func:`hmoe_estim.study.annotate_rates`).
     """
     from ._certificate import certified_records
-    from ._rates import RATE_METRICS, rates_from_records
+    from ._rates import rates_from_records
 
     if records is None or config is None:
         config, records = load_study(out, stream=stream)
@@ -131,8 +131,9 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
     dropped = {m: 0 for m in summary}
     if certified_only:
         records, dropped = certified_records(records)
-    rates = rates_from_records(records, metrics=metrics or RATE_METRICS, eps=eps, n_boot=n_boot,
-                               random_state=config.seed)
+    rates = rates_from_records(records, metrics=metrics or config.rate_metrics, eps=eps,
+                               n_boot=n_boot, random_state=config.seed,
+                               optional=config.optional_metrics)
     for model, cert in summary.items():
         entry = rates.setdefault(model, {})
         entry["certificate"] = {**cert, "certified_only": bool(certified_only),

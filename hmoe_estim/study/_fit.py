@@ -49,6 +49,9 @@ def with_measure_level(config, records):
     from ..metrics import MEASURE_GATES
     from ..model import MixingMeasure
 
+    if config.kind != "entry":
+        return records
+
     def stale(rec):
         return (rec.get("gate") in MEASURE_GATES and rec.get("measure") is not None
                 and any(f not in rec for f in MEASURE_METRICS))
@@ -165,8 +168,9 @@ def run_fit(config, truth, model_name, n, rep, seed, numba_threads=None):
 
     Parameters
     ----------
-    config : StudyConfig
-    truth : MixingMeasure
+    config : StudyConfig or LayerStudyConfig
+    truth : MixingMeasure or AttentionLayer
+        The study's truth (an :class:`~hmoe_estim.layer.AttentionLayer` in a layer study).
     model_name : str
     n, rep, seed : int
     numba_threads : int or None
@@ -184,7 +188,12 @@ def run_fit(config, truth, model_name, n, rep, seed, numba_threads=None):
 
             set_numba_threads(numba_threads)
         model = config.model(model_name)
-        rec = _fit_one(config, truth, model, n, rep, seed)
+        if config.kind == "layer":
+            from ._layer_fit import fit_layer_record
+
+            rec = fit_layer_record(config, truth, model, n, rep, seed)
+        else:
+            rec = _fit_one(config, truth, model, n, rep, seed)
         rec["host"] = socket.gethostname()
         return {"ok": True, "record": rec}
     except Exception as exc:  # reported by the parent, never lost silently

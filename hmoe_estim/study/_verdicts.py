@@ -1,9 +1,10 @@
 """The identifiability verdict of every model of a study, and the reading it gives its rates.
 
 :func:`study_verdicts` runs :func:`hmoe_estim.metrics.identifiability_report` on the study's
-``G*`` for each model; :func:`annotate_rates` puts the verdicts into ``rates.json`` and says
-whether each parameter metric's slope reads as a rate (see the user guide page "Which gates
-and activations are identifiable").
+``G*`` for each model (the layer identifiability report on the true layer in a layer study);
+:func:`annotate_rates` puts the verdicts into ``rates.json`` and says whether each parameter
+metric's slope reads as a rate (see the user guide page "Which gates and activations are
+identifiable").
 """
 
 from ._plan import true_measure
@@ -14,6 +15,50 @@ __all__ = ["study_verdicts", "annotate_rates"]
 #: Metrics of a study whose slopes are parameter rates only for an identifiable model.
 PARAMETER_METRICS = ("voronoi_loss", "voronoi_exact", "voronoi_over", "extra_weight",
                      "expert_error")
+
+
+def _not_assessed(reason):
+    """The verdict record of a model whose identifiability was not assessed, and why."""
+    return {"identifiable": "unknown", "verdict": "unknown", "reason": reason,
+            "obstructions": [], "near_alternatives": [],
+            "label": f"identifiability not assessed: {reason}"}
+
+
+def layer_study_verdicts(config, truth=None):
+    """Verdict record of every model of a layer study: the layer identifiability report on
+    the true layer, or an explicit "not assessed" record saying why there is none.
+
+    Parameters
+    ----------
+    config : LayerStudyConfig
+    truth : AttentionLayer or None
+        The true layer (default: :func:`~hmoe_estim.study.true_layer` of ``config``).
+
+    Returns
+    -------
+    dict
+        ``{model name: verdict record}`` with the keys of :func:`study_verdicts`' records.
+    """
+    try:
+        from ..layer import layer_identifiability_report
+    except ImportError:
+        reason = ("this installation has no layer identifiability report "
+                  "(hmoe_estim.layer.layer_identifiability_report)")
+        return {m.name: _not_assessed(reason) for m in config.models}
+    from ._layer_plan import true_layer
+
+    if truth is None:
+        truth = true_layer(config)
+    out = {}
+    for m in config.models:
+        rec = layer_identifiability_report(
+            truth, gate=m.gate, activation=m.activation, head_dim=config.fit.head_dim,
+            qk=config.fit.qk, gate_form=config.truth.gate_form).to_dict()
+        rec.setdefault("near_alternatives", [])
+        rec.setdefault("obstructions", [])
+        rec.setdefault("label", rec["verdict"])
+        out[m.name] = rec
+    return out
 
 
 def study_verdicts(config, truth=None):
@@ -48,6 +93,8 @@ def study_verdicts(config, truth=None):
         verdict_label,
     )
 
+    if config.kind == "layer":
+        return layer_study_verdicts(config, truth)
     if truth is None:
         truth = true_measure(config)
     H, N, K, D = config.fitted_shape
@@ -115,10 +162,12 @@ def annotate_rates(rates, config, truth=None, verdicts=None):
         if verdicts is None:
             verdicts = study_verdicts(config, truth)
     except ValueError as exc:
-        rec = {"identifiable": "unknown", "verdict": "unknown", "reason": str(exc),
-               "obstructions": [], "near_alternatives": [],
-               "label": f"identifiability not assessed: {exc}"}
-        verdicts = {m.name: dict(rec) for m in config.models}
+        verdicts = {m.name: _not_assessed(str(exc)) for m in config.models}
+    parameter_metrics = PARAMETER_METRICS
+    if config.kind == "layer":
+        from ._layer_fit import LAYER_PARAMETER_METRICS
+
+        parameter_metrics = LAYER_PARAMETER_METRICS
     n_max = max(config.grid.n)
     for model, per in rates.items():
         rec = verdicts.get(model)
@@ -127,7 +176,7 @@ def annotate_rates(rates, config, truth=None, verdicts=None):
         per["identifiability"] = rec
         slow = [a for a in rec["near_alternatives"]
                 if a.get("n_to_resolve") is not None and a["n_to_resolve"] > n_max]
-        for metric in PARAMETER_METRICS:
+        for metric in parameter_metrics:
             if metric in per and "slope" in per[metric]:
                 per[metric]["reading"] = _reading(rec, slow)
         mrec = rec.get("measure_level")
