@@ -6,12 +6,28 @@ Each entry of the output is an HMoE (the paper's Section 2, :mod:`hmoe_estim.att
 the entries share their parameters, as in a layer. The Jacobian and Gauss–Newton sums of a fit
 are the kernels' (:mod:`hmoe_estim.kernels.layer`); :class:`LayerProblem` is a layer fit in
 the form the package's search and local solvers take, and
-:class:`AttentionLayerRegressor` the scikit-learn estimator that fits a layer with them.
+:class:`AttentionLayerRegressor` the scikit-learn estimator that fits a layer with them. The
+gauge-invariant metrics of a fitted layer against the true one (regression error, ``P_h`` and
+``C_h`` errors, the layer and per-entry Voronoi losses) and their scorers close the loop.
 """
 
 from ._data import make_attention_regression, random_attention_layer
 from ._estimator import AttentionLayerRegressor
 from ._forward import attention_layer_output
+from ._metrics import (
+    LAYER_METRICS,
+    EntryVoronoiLoss,
+    LayerMetricScorer,
+    LayerParameterErrors,
+    LayerVoronoiDetails,
+    align_layer,
+    entry_voronoi_loss,
+    head_matching,
+    layer_parameter_errors,
+    layer_regression_error,
+    layer_voronoi_loss,
+    make_layer_scorer,
+)
 from ._parameters import AttentionLayer, LayerLayout
 from ._problem import LayerProblem
 
@@ -23,4 +39,16 @@ __all__ = [
     "make_attention_regression",
     "LayerProblem",
     "AttentionLayerRegressor",
+    "layer_regression_error",
+    "head_matching",
+    "layer_parameter_errors",
+    "LayerParameterErrors",
+    "layer_voronoi_loss",
+    "LayerVoronoiDetails",
+    "align_layer",
+    "entry_voronoi_loss",
+    "EntryVoronoiLoss",
+    "make_layer_scorer",
+    "LayerMetricScorer",
+    "LAYER_METRICS",
 ]
