@@ -227,7 +227,7 @@ class LayerStudyConfig(StudyBase):
         """Panels of the figure: regression error, ``P`` and ``C`` errors, layer Voronoi loss,
         and the baseline entry's Voronoi loss read off the layer fit against the per-entry
         fit's."""
-        return ("regression_error", "P_error", "C_error", "layer_voronoi_loss",
+        return ("regression_error", "P_error", "VO_error", "layer_voronoi_loss",
                 ("entry_voronoi_loss", "baseline_voronoi_loss"))
 
     def has_baseline(self, model):

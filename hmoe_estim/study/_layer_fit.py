@@ -5,11 +5,12 @@ The fit draws fresh data from the true layer with
 :func:`~hmoe_estim.layer.make_attention_regression`, fits
 :class:`~hmoe_estim.layer.AttentionLayerRegressor` (random multi-starts) and records against
 the truth, on the fixed reference sample of token matrices: the layer's regression error, the
-gauge-invariant parameter errors ``‖P̂ − P*‖`` and ``‖Ĉ − C*‖`` (``C = W_V W_O``) after head
-matching, the layer Voronoi loss (gates whose channels are identified), the Voronoi loss of the
-baseline entry's measure read off the fitted layer, and the certificate: the fit's objective
-against the truth's own on the same data. On the same data the per-entry baseline fits that
-one entry with :class:`~hmoe_estim.HMoERegressor` (signed weights, as ``W_O`` is) and records
+gauge-invariant parameter errors ``‖P̂ − P*‖`` and ``‖Ĉ − C*‖`` (``C = W_V W_O``, the record's
+``VO_error``) after head matching, the layer Voronoi loss (G1 and G2, whose channels the layer
+identifies), the Voronoi loss of the baseline entry's measure read off the fitted layer (raw,
+and aligned to the truth's V/O gauge: an oracle, labelled ``_aligned``), and the certificate:
+the fit's objective against the truth's own on the same data. On the same data the per-entry
+baseline fits that one entry with :class:`~hmoe_estim.HMoERegressor` (signed weights, as ``W_O`` is) and records
 its Voronoi loss, expert error and regression error against the truth's entry measure, so the
 study shows what sharing the parameters across entries gains.
 """
@@ -19,25 +20,28 @@ import warnings
 
 import numpy as np
 
-from ._layer_plan import entry_measure_of, layer_reference_sample, layer_to_dict
+from ._layer_plan import layer_reference_sample, layer_to_dict
 from ._seeds import _child_seeds
 
 __all__ = ["fit_layer_record", "LAYER_METRICS", "BASELINE_METRICS", "LAYER_REQUIRED_KEYS",
            "LAYER_PARAMETER_METRICS"]
 
 #: Keys every layer record has.
-LAYER_REQUIRED_KEYS = ("model", "n", "rep", "seed", "regression_error", "P_error", "C_error",
+LAYER_REQUIRED_KEYS = ("model", "n", "rep", "seed", "regression_error", "P_error", "VO_error",
                        "fit_seconds", "converged")
+#: Gates of the layer Voronoi loss (:func:`hmoe_estim.layer.layer_voronoi_loss`): G2 and G1,
+#: whose value channels the layer identifies.
+VORONOI_GATES = ("value", "sdpa")
 #: Metrics of the per-entry baseline and of the layer's reading of the same entry: a record
 #: has them only where the entry is an HMoE (``ENTRY_GATES``) and the baseline is enabled.
 BASELINE_METRICS = ("entry_voronoi_loss", "baseline_voronoi_loss", "baseline_expert_error",
                     "baseline_regression_error")
 #: Rate metrics of a layer study; ``layer_voronoi_loss`` and :data:`BASELINE_METRICS` are
 #: left out of a model none of whose records has them.
-LAYER_METRICS = ("regression_error", "P_error", "C_error", "layer_voronoi_loss") \
+LAYER_METRICS = ("regression_error", "P_error", "VO_error", "layer_voronoi_loss") \
     + BASELINE_METRICS
 #: Metrics whose slopes are parameter rates only for an identifiable layer.
-LAYER_PARAMETER_METRICS = ("P_error", "C_error", "layer_voronoi_loss", "entry_voronoi_loss")
+LAYER_PARAMETER_METRICS = ("P_error", "VO_error", "layer_voronoi_loss", "entry_voronoi_loss")
 
 
 def _certificate(objective, truth_objective, m):
@@ -49,8 +53,9 @@ def _certificate(objective, truth_objective, m):
     return gap, margin, bool(gap > margin)
 
 
-def _layer_metrics(fitted, truth, *, gate, activation, gate_form, X_ref, r, entry):
-    """The layer metrics of ``fitted`` against ``truth`` (``hmoe_estim.layer`` metrics)."""
+def _layer_metrics(fitted, truth, *, gate, activation, gate_form, rows, X_ref, r, entry):
+    """The layer metrics of ``fitted`` against ``truth`` (:mod:`hmoe_estim.layer`'s metrics)
+    on the reference token matrices ``X_ref``."""
     from ..layer import (
         entry_voronoi_loss,
         layer_parameter_errors,
@@ -58,23 +63,26 @@ def _layer_metrics(fitted, truth, *, gate, activation, gate_form, X_ref, r, entr
         layer_voronoi_loss,
     )
 
-    kw = dict(gate=gate, activation=activation, X_ref=X_ref)
+    kw = dict(gate=gate, activation=activation, X=X_ref)
     errors = layer_parameter_errors(fitted, truth)
     out = {
-        "regression_error": float(layer_regression_error(fitted, truth, gate_form=gate_form,
-                                                         **kw)),
-        "P_error": float(errors["P"]),
-        "C_error": float(errors["C"]),
-        "head_matching": [int(h) for h in errors["heads"]],
+        "regression_error": layer_regression_error(fitted, truth, gate_form=gate_form, rows=rows,
+                                                   **kw),
+        "P_error": errors.P_error,
+        "VO_error": errors.VO_error,
+        "P_relative_error": errors.P_relative_error,
+        "VO_relative_error": errors.VO_relative_error,
+        "head_matching": errors.heads.tolist(),
     }
-    try:
-        out["layer_voronoi_loss"] = float(layer_voronoi_loss(fitted, truth, r=r, **kw))
-    except ValueError:  # a gate whose channels the layer does not identify
-        pass
+    if gate in VORONOI_GATES and gate_form == "activation":
+        out["layer_voronoi_loss"] = layer_voronoi_loss(fitted, truth, r=r, rows=rows, **kw)
     if entry is not None:
         row, column = entry
-        out["entry_voronoi_loss"] = float(entry_voronoi_loss(fitted, truth, row=row,
-                                                             column=column, r=r, **kw))
+        out["entry_voronoi_loss"] = float(entry_voronoi_loss(fitted, truth, row, column, r=r,
+                                                             **kw))
+        if (fitted.n_heads, fitted.head_dim) == (truth.n_heads, truth.head_dim):
+            out["entry_voronoi_loss_aligned"] = float(entry_voronoi_loss(
+                fitted, truth, row, column, r=r, align=True, **kw))
     return out
 
 
@@ -83,6 +91,7 @@ def _baseline(config, truth, model, X, Y, seed, X_ref, r):
     from sklearn.exceptions import ConvergenceWarning
 
     from ..estimators import HMoERegressor
+    from ..layer._metrics import _entry_measure
     from ..metrics import expert_error, regression_error, voronoi_loss
     from ..model import regression_function
 
@@ -90,8 +99,7 @@ def _baseline(config, truth, model, X, Y, seed, X_ref, r):
     row, column = config.baseline_row, b.column
     y = Y[:, column] if Y.ndim == 2 else Y[:, row, column]
     Xf = X.reshape(n, -1)
-    G_true = entry_measure_of(truth, gate=model.gate, activation=model.activation,
-                              n_tokens=N, row=row, column=column)
+    G_true = _entry_measure(truth, N, row, column)
     est = HMoERegressor(
         n_heads=config.truth.n_heads, n_tokens=N, n_experts=b.n_experts, gate=model.gate,
         activation=model.activation, solver=b.solver, n_starts=b.n_starts,
@@ -188,7 +196,7 @@ def fit_layer_record(config, truth, model, n, rep, seed):
         "K": int(f.head_dim),
         "K_true": int(t.head_dim),
         **_layer_metrics(est.layer_, truth, gate=model.gate, activation=model.activation,
-                         gate_form=gate_form, X_ref=X_ref, r=r, entry=entry),
+                         gate_form=gate_form, rows=data.rows, X_ref=X_ref, r=r, entry=entry),
         "fit_seconds": fit_seconds,
         "converged": bool(est.converged_),
         "search_rounds": int(est.search_rounds_),

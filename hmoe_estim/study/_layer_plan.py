@@ -1,13 +1,12 @@
-"""What a layer study fits: the true layer, the reference sample of token matrices, the
-truth's per-entry measure, and the plain (JSON) form of a layer's weights.
+"""What a layer study fits: the true layer, the reference sample of token matrices, and the
+plain (JSON) form of a layer's weights.
 """
 
 import functools
 
 import numpy as np
 
-__all__ = ["true_layer", "layer_reference_sample", "layer_to_dict", "layer_from_dict",
-           "entry_measure_of"]
+__all__ = ["true_layer", "layer_reference_sample", "layer_to_dict", "layer_from_dict"]
 
 #: Weights of an :class:`~hmoe_estim.layer.AttentionLayer`, in the order of its fields.
 LAYER_FIELDS = ("W_Q", "W_K", "P", "W_V", "W_O", "W_theta", "intercept")
@@ -70,16 +69,3 @@ def layer_reference_sample(config):
     ``(N, d)`` from the data's token distribution."""
     return _reference_tokens(config.metrics.n_ref, config.data.n_tokens, config.truth.d,
                              config.data.tokens, config.metrics.ref_seed)
-
-
-def entry_measure_of(layer, *, gate, activation, n_tokens, row, column):
-    """The mixing measure of output entry ``(row, column)`` of ``layer`` on ``n_tokens``
-    tokens: :meth:`~hmoe_estim.layer.AttentionLayerRegressor.entry_measure` of a regressor
-    holding ``layer`` (an HMoE on ``vec(X)``, ``D = N·d``)."""
-    from ..layer import AttentionLayerRegressor
-
-    holder = AttentionLayerRegressor(n_heads=layer.n_heads, head_dim=layer.head_dim, gate=gate,
-                                     activation=activation, qk=layer.qk)
-    holder.layer_ = layer
-    holder.n_tokens_ = int(n_tokens)
-    return holder.entry_measure(int(row), int(column))

@@ -38,7 +38,7 @@ METRIC_TITLES = {
     "voronoi_loss_measure": "Voronoi loss $L_2$, measure level",
     "expert_error_measure": "expert error, measure level",
     "P_error": "$\\|\\hat P - P^*\\|$ (heads matched)",
-    "C_error": "$\\|\\hat C - C^*\\|$, $C = W_V W_O$ (heads matched)",
+    "VO_error": "$\\|\\hat C - C^*\\|$, $C = W_V W_O$ (heads matched)",
     "layer_voronoi_loss": "layer Voronoi loss",
     "entry_voronoi_loss": "entry Voronoi loss, read off the layer fit",
     "baseline_voronoi_loss": "entry Voronoi loss, per-entry fit",
