@@ -10,9 +10,9 @@ gauge-invariant parameter errors ``‖P̂ − P*‖`` and ``‖Ĉ − C*‖`` (`
 identifies), the Voronoi loss of the baseline entry's measure read off the fitted layer (raw,
 and aligned to the truth's V/O gauge: an oracle, labelled ``_aligned``), and the certificate:
 the fit's objective against the truth's own on the same data. On the same data the per-entry
-baseline fits that one entry with :class:`~hmoe_estim.HMoERegressor` (signed weights, as ``W_O`` is) and records
-its Voronoi loss, expert error and regression error against the truth's entry measure, so the
-study shows what sharing the parameters across entries gains.
+baseline fits that one entry with :class:`~hmoe_estim.HMoERegressor` (signed weights, as
+``W_O`` is) and records its Voronoi loss, expert error and regression error against the
+truth's entry measure, so the study shows what sharing the parameters across entries gains.
 """
 
 import time
