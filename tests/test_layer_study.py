@@ -164,8 +164,15 @@ def test_rates_verdicts_and_figure(done_study, capsys):
                        "baseline_voronoi_loss"):
             assert "slope" in per[metric], (model, metric)
         assert per["certificate"]["checked"] == 4
-        assert per["identifiability"]["label"]  # a verdict, or "not assessed: <why>"
-        assert "reading" in per["P_error"]
+        ident = per["identifiability"]
+        assert ident["label"]  # the layer's verdict, or "identifiability not assessed: <why>"
+        if ident["verdict"] == "unknown":
+            assert ident["label"].startswith("identifiability not assessed: ")
+        assert "reading" in per["P_error"] and "reading" in per["baseline_voronoi_loss"]
+        assert ident["baseline_entry"]["label"].startswith("per-entry baseline: ")
+    # the per-entry verdicts of the truth's entry measure: MHA's is the fibre of b = Σ ω a
+    assert rates["none"]["identifiability"]["baseline_entry"]["verdict"] == "not identifiable"
+    assert rates["none"]["baseline_voronoi_loss"]["reading"].startswith("not a rate")
     assert main(["plot", str(out)]) == 0
     assert os.path.getsize(out / "learning_curves.png") > 10_000
     assert main(["rates", str(out), "--n-boot", "50"]) == 0

@@ -40,6 +40,9 @@ BASELINE_METRICS = ("entry_voronoi_loss", "baseline_voronoi_loss", "baseline_exp
 #: left out of a model none of whose records has them.
 LAYER_METRICS = ("regression_error", "P_error", "VO_error", "layer_voronoi_loss") \
     + BASELINE_METRICS
+#: Metrics of the per-entry baseline whose slopes are parameter rates only for an identifiable
+#: entry measure.
+BASELINE_PARAMETER_METRICS = ("baseline_voronoi_loss", "baseline_expert_error")
 #: Metrics whose slopes are parameter rates only for an identifiable layer.
 LAYER_PARAMETER_METRICS = ("P_error", "VO_error", "layer_voronoi_loss", "entry_voronoi_loss")
 

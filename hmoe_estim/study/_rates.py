@@ -402,4 +402,6 @@ def format_rates_table(rates, *, labels=None):
             lines.append(f"{name:<12} identifiability: {ident['label']}")
             if "measure_level" in ident:
                 lines.append(f"{name:<12} identifiability, {ident['measure_level']['label']}")
+            if "baseline_entry" in ident:  # a layer study's per-entry baseline
+                lines.append(f"{name:<12} identifiability, {ident['baseline_entry']['label']}")
     return "\n".join(lines)

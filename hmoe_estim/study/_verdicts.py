@@ -17,6 +17,34 @@ PARAMETER_METRICS = ("voronoi_loss", "voronoi_exact", "voronoi_over", "extra_wei
                      "expert_error")
 
 
+def entry_verdict(truth, gate, activation, *, n_experts, n_heads, n_tokens, noise):
+    """Verdict record of one model fitted per entry (:func:`study_verdicts`' records): the
+    identifiability report of ``truth`` (a :class:`~hmoe_estim.MixingMeasure`) with its label,
+    the noise and the samples that resolve each near-alternative, and the measure-level report
+    for a gate with that reading."""
+    # (imported here: the metrics load Numba, which reading a study does not need)
+    from ..metrics import (
+        MEASURE_GATES,
+        identifiability_report,
+        measure_verdict_label,
+        verdict_label,
+    )
+
+    kw = dict(gate=gate, activation=activation, n_experts=n_experts, n_heads=n_heads,
+              n_tokens=n_tokens)
+    rep = identifiability_report(truth, **kw)
+    rec = rep.to_dict()
+    rec["label"] = verdict_label(rec)
+    for a, alt in zip(rec["near_alternatives"], rep.near_alternatives):
+        a["noise"] = noise
+        a["n_to_resolve"] = alt.samples_to_resolve(noise) if noise > 0 else None
+    if gate in MEASURE_GATES:
+        mrec = identifiability_report(truth, level="measure", **kw).to_dict()
+        mrec["label"] = measure_verdict_label(mrec)
+        rec["measure_level"] = mrec
+    return rec
+
+
 def _not_assessed(reason):
     """The verdict record of a model whose identifiability was not assessed, and why."""
     return {"identifiable": "unknown", "verdict": "unknown", "reason": reason,
@@ -25,8 +53,13 @@ def _not_assessed(reason):
 
 
 def layer_study_verdicts(config, truth=None):
-    """Verdict record of every model of a layer study: the layer identifiability report on
-    the true layer, or an explicit "not assessed" record saying why there is none.
+    """Verdict record of every model of a layer study.
+
+    The layer's verdict comes from the layer identifiability report on the true layer; where
+    that report is not available the record says so explicitly (verdict ``"unknown"``,
+    label ``"identifiability not assessed: <why>"``). A model with the per-entry baseline also
+    gets ``"baseline_entry"``: :func:`entry_verdict` of the truth's measure of the baseline
+    entry, fitted with the baseline's ``K``.
 
     Parameters
     ----------
@@ -39,24 +72,36 @@ def layer_study_verdicts(config, truth=None):
     dict
         ``{model name: verdict record}`` with the keys of :func:`study_verdicts`' records.
     """
-    try:
-        from ..layer import layer_identifiability_report
-    except ImportError:
-        reason = ("this installation has no layer identifiability report "
-                  "(hmoe_estim.layer.layer_identifiability_report)")
-        return {m.name: _not_assessed(reason) for m in config.models}
     from ._layer_plan import true_layer
 
     if truth is None:
         truth = true_layer(config)
+    try:
+        from ..layer import layer_identifiability_report
+    except ImportError:
+        layer_identifiability_report = None
     out = {}
     for m in config.models:
-        rec = layer_identifiability_report(
-            truth, gate=m.gate, activation=m.activation, head_dim=config.fit.head_dim,
-            qk=config.fit.qk, gate_form=config.truth.gate_form).to_dict()
-        rec.setdefault("near_alternatives", [])
-        rec.setdefault("obstructions", [])
-        rec.setdefault("label", rec["verdict"])
+        if layer_identifiability_report is None:
+            rec = _not_assessed("this installation has no layer identifiability report "
+                                "(hmoe_estim.layer.layer_identifiability_report)")
+        else:
+            rec = layer_identifiability_report(
+                truth, gate=m.gate, activation=m.activation, head_dim=config.fit.head_dim,
+                qk=config.fit.qk, gate_form=config.truth.gate_form).to_dict()
+            rec.setdefault("near_alternatives", [])
+            rec.setdefault("obstructions", [])
+            rec.setdefault("label", rec["verdict"])
+        if config.has_baseline(m):
+            from ..layer._metrics import _entry_measure
+
+            N = config.data.n_tokens
+            G = _entry_measure(truth, N, config.baseline_row, config.baseline.column)
+            brec = entry_verdict(G, m.gate, m.activation, n_experts=config.baseline.n_experts,
+                                 n_heads=config.truth.n_heads, n_tokens=N,
+                                 noise=config.data.noise)
+            brec["label"] = "per-entry baseline: " + brec["label"]
+            rec["baseline_entry"] = brec
         out[m.name] = rec
     return out
 
@@ -85,14 +130,6 @@ def study_verdicts(config, truth=None):
     ValueError
         The truth's shape disagrees with the config's fitted shape, or ``K < K*``.
     """
-    # (imported here: the metrics load Numba, which reading a study does not need)
-    from ..metrics import (
-        MEASURE_GATES,
-        identifiability_report,
-        measure_verdict_label,
-        verdict_label,
-    )
-
     if config.kind == "layer":
         return layer_study_verdicts(config, truth)
     if truth is None:
@@ -101,24 +138,9 @@ def study_verdicts(config, truth=None):
     if D != truth.n_features:
         raise ValueError(f"the config fits D = {D} features but its truth has "
                          f"{truth.n_features}: use a truth with D = {D}.")
-    out = {}
-    for m in config.models:
-        rep = identifiability_report(truth, gate=m.gate, activation=m.activation, n_experts=K,
-                                     n_heads=H, n_tokens=N)
-        rec = rep.to_dict()
-        rec["label"] = verdict_label(rec)
-        noise = config.data.noise
-        for a, alt in zip(rec["near_alternatives"], rep.near_alternatives):
-            a["noise"] = noise
-            a["n_to_resolve"] = alt.samples_to_resolve(noise) if noise > 0 else None
-        if m.gate in MEASURE_GATES:
-            mrec = identifiability_report(truth, gate=m.gate, activation=m.activation,
-                                          n_experts=K, n_heads=H, n_tokens=N,
-                                          level="measure").to_dict()
-            mrec["label"] = measure_verdict_label(mrec)
-            rec["measure_level"] = mrec
-        out[m.name] = rec
-    return out
+    return {m.name: entry_verdict(truth, m.gate, m.activation, n_experts=K, n_heads=H,
+                                  n_tokens=N, noise=config.data.noise)
+            for m in config.models}
 
 
 def _reading(rec, slow):
@@ -163,11 +185,11 @@ def annotate_rates(rates, config, truth=None, verdicts=None):
             verdicts = study_verdicts(config, truth)
     except ValueError as exc:
         verdicts = {m.name: _not_assessed(str(exc)) for m in config.models}
-    parameter_metrics = PARAMETER_METRICS
+    parameter_metrics, baseline_metrics = PARAMETER_METRICS, ()
     if config.kind == "layer":
-        from ._layer_fit import LAYER_PARAMETER_METRICS
+        from ._layer_fit import BASELINE_PARAMETER_METRICS, LAYER_PARAMETER_METRICS
 
-        parameter_metrics = LAYER_PARAMETER_METRICS
+        parameter_metrics, baseline_metrics = LAYER_PARAMETER_METRICS, BASELINE_PARAMETER_METRICS
     n_max = max(config.grid.n)
     for model, per in rates.items():
         rec = verdicts.get(model)
@@ -179,9 +201,14 @@ def annotate_rates(rates, config, truth=None, verdicts=None):
         for metric in parameter_metrics:
             if metric in per and "slope" in per[metric]:
                 per[metric]["reading"] = _reading(rec, slow)
-        mrec = rec.get("measure_level")
-        for metric in MEASURE_METRICS:
-            if metric in per and "slope" in per[metric]:
-                per[metric]["reading"] = _reading(mrec, slow) if mrec else \
-                    "rate if identifiable (identifiability unknown)"
+        for key, metrics in (("measure_level", MEASURE_METRICS),
+                             ("baseline_entry", baseline_metrics)):
+            sub = rec.get(key)
+            sub_slow = [] if sub is None else [
+                a for a in sub["near_alternatives"]
+                if a.get("n_to_resolve") is not None and a["n_to_resolve"] > n_max]
+            for metric in metrics:
+                if metric in per and "slope" in per[metric]:
+                    per[metric]["reading"] = _reading(sub, sub_slow or slow) if sub else \
+                        "rate if identifiable (identifiability unknown)"
     return rates
