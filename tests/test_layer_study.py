@@ -38,13 +38,7 @@ TINY = {
 
 
 def tiny(**changes):
-    d = json.loads(json.dumps(TINY))
-    for section, values in changes.items():
-        if isinstance(values, dict):
-            d.setdefault(section, {}).update(values)
-        else:
-            d[section] = values
-    return StudyConfig.from_dict(d)
+    return StudyConfig.from_dict(TINY).with_changes(**changes)
 
 
 def run(config, out, **kw):

@@ -304,6 +304,19 @@ class StudyBase:
         """``len(models) · len(n grid) · reps``."""
         return len(self.models) * len(self.grid.n) * self.grid.reps
 
+    def _plain(self, **sections):
+        """The plain form of the common fields, then ``sections`` (``to_dict``'s body)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "seed": self.seed,
+            "models": [
+                {"gate": m.gate, "activation": m.activation, "name": m.name} for m in self.models
+            ],
+            "grid": {"n": list(self.grid.n), "reps": self.grid.reps},
+            **sections,
+        }
+
     def config_hash(self):
         """SHA-256 (16 hex digits) of the canonical JSON of :meth:`to_dict`, without the
         descriptive fields (``DESCRIPTIVE_KEYS``): rewording a description does not make a
@@ -464,19 +477,8 @@ class StudyConfig(StudyBase):
         truth = dataclasses.asdict(self.truth)
         if truth["measure"] is None:
             del truth["measure"]
-        return {
-            "name": self.name,
-            "description": self.description,
-            "seed": self.seed,
-            "models": [
-                {"gate": m.gate, "activation": m.activation, "name": m.name} for m in self.models
-            ],
-            "truth": truth,
-            "data": dataclasses.asdict(self.data),
-            "grid": {"n": list(self.grid.n), "reps": self.grid.reps},
-            "fit": _fit_dict(self.fit),
-            "metrics": dataclasses.asdict(self.metrics),
-        }
+        return self._plain(truth=truth, data=dataclasses.asdict(self.data),
+                           fit=_fit_dict(self.fit), metrics=dataclasses.asdict(self.metrics))
 
 
 # -- validation ----------------------------------------------------------------------------

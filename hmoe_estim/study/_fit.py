@@ -67,6 +67,23 @@ def with_measure_level(config, records):
     ]
 
 
+def record_head(model, n, rep, seed, data_seed, fit_seed, init):
+    """The first fields of a study record: the model, the fit's place on the grid, its seeds
+    and its start strategy (``oracle`` for near-truth starts)."""
+    return {
+        "model": model.name,
+        "gate": model.gate,
+        "activation": model.activation,
+        "n": int(n),
+        "rep": int(rep),
+        "seed": int(seed),
+        "data_seed": data_seed,
+        "fit_seed": fit_seed,
+        "init": init,
+        "oracle": init == "near-truth",
+    }
+
+
 def _fit_one(config, truth, model, n, rep, seed):
     from sklearn.exceptions import ConvergenceWarning
 
@@ -118,16 +135,7 @@ def _fit_one(config, truth, model, n, rep, seed):
     kw = dict(gate=model.gate, activation=model.activation, X_ref=X_ref)
     det = voronoi_loss(G, truth, r=r, return_details=True, **kw)
     record = {
-        "model": model.name,
-        "gate": model.gate,
-        "activation": model.activation,
-        "n": int(n),
-        "rep": int(rep),
-        "seed": int(seed),
-        "data_seed": data_seed,
-        "fit_seed": est_seed,
-        "init": fit.init,
-        "oracle": fit.init == "near-truth",
+        **record_head(model, n, rep, seed, data_seed, est_seed, fit.init),
         "split_init": bool(fit.split_init),
         "K": int(K),
         "K_true": int(truth.n_experts),

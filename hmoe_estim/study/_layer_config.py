@@ -266,21 +266,9 @@ class LayerStudyConfig(StudyBase):
     # -- plain form ----------------------------------------------------------------------
     def to_dict(self):
         """Canonical nested dict (JSON-serialisable), the inverse of ``from_dict``."""
-        return {
-            "kind": "layer",
-            "name": self.name,
-            "description": self.description,
-            "seed": self.seed,
-            "models": [
-                {"gate": m.gate, "activation": m.activation, "name": m.name} for m in self.models
-            ],
-            "truth": dataclasses.asdict(self.truth),
-            "data": dataclasses.asdict(self.data),
-            "grid": {"n": list(self.grid.n), "reps": self.grid.reps},
-            "fit": dataclasses.asdict(self.fit),
-            "baseline": dataclasses.asdict(self.baseline),
-            "metrics": dataclasses.asdict(self.metrics),
-        }
+        return {"kind": "layer", **self._plain(**{
+            k: dataclasses.asdict(getattr(self, k))
+            for k in ("truth", "data", "fit", "baseline", "metrics")})}
 
 
 # -- validation ----------------------------------------------------------------------------

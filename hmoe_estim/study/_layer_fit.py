@@ -20,6 +20,7 @@ import warnings
 
 import numpy as np
 
+from ._fit import record_head
 from ._layer_plan import layer_reference_sample, layer_to_dict
 from ._seeds import _child_seeds
 
@@ -89,10 +90,21 @@ def _layer_metrics(fitted, truth, *, gate, activation, gate_form, rows, X_ref, r
     return out
 
 
-def _baseline(config, truth, model, X, Y, seed, X_ref, r):
-    """Fit the per-entry HMoE on the baseline entry of ``(X, Y)``; its record fields."""
+def _timed_fit(est, X, Y):
+    """``est.fit(X, Y)`` without its convergence and box warnings (the record keeps
+    ``converged``); the seconds it took."""
     from sklearn.exceptions import ConvergenceWarning
 
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        est.fit(X, Y)
+    return time.perf_counter() - t0
+
+
+def _baseline(config, truth, model, X, Y, seed, X_ref, r):
+    """Fit the per-entry HMoE on the baseline entry of ``(X, Y)``; its record fields."""
     from ..estimators import HMoERegressor
     from ..layer._metrics import _entry_measure
     from ..metrics import expert_error, regression_error, voronoi_loss
@@ -108,12 +120,7 @@ def _baseline(config, truth, model, X, Y, seed, X_ref, r):
         activation=model.activation, solver=b.solver, n_starts=b.n_starts,
         max_iter=b.max_iter, positive_weights=False, fit_intercept=config.fit.fit_intercept,
         n_jobs=1, random_state=seed)
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        est.fit(Xf, y)
-    seconds = time.perf_counter() - t0
+    seconds = _timed_fit(est, Xf, y)
     truth_objective = float(np.mean(
         (regression_function(G_true, Xf, gate=model.gate, activation=model.activation) - y) ** 2))
     gap, margin, worse = _certificate(est.objective_, truth_objective, n)
@@ -153,8 +160,6 @@ def fit_layer_record(config, truth, model, n, rep, seed):
         The record written to ``results.jsonl`` (see :doc:`/user_guide/studies`, "Layer
         studies").
     """
-    from sklearn.exceptions import ConvergenceWarning
-
     from ..layer import AttentionLayerRegressor, attention_layer_output, make_attention_regression
 
     t, f, data = config.truth, config.fit, config.data
@@ -169,12 +174,7 @@ def fit_layer_record(config, truth, model, n, rep, seed):
         gate_form=gate_form, granularity=t.granularity, qk=f.qk, rows=data.rows,
         fit_intercept=f.fit_intercept, n_starts=f.n_starts, max_iter=f.max_iter,
         random_state=est_seed)
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        est.fit(X, Y)
-    fit_seconds = time.perf_counter() - t0
+    fit_seconds = _timed_fit(est, X, Y)
 
     t1 = time.perf_counter()
     truth_pred = attention_layer_output(X, truth, gate=model.gate, activation=model.activation,
@@ -186,16 +186,7 @@ def fit_layer_record(config, truth, model, n, rep, seed):
     entry = (config.baseline_row, config.baseline.column) if config.has_baseline(model) \
         else None
     record = {
-        "model": model.name,
-        "gate": model.gate,
-        "activation": model.activation,
-        "n": int(n),
-        "rep": int(rep),
-        "seed": int(seed),
-        "data_seed": data_seed,
-        "fit_seed": est_seed,
-        "init": "random",
-        "oracle": False,
+        **record_head(model, n, rep, seed, data_seed, est_seed, "random"),
         "K": int(f.head_dim),
         "K_true": int(t.head_dim),
         **_layer_metrics(est.layer_, truth, gate=model.gate, activation=model.activation,

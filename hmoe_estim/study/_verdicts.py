@@ -7,6 +7,9 @@ metric's slope reads as a rate (see the user guide page "Which gates and activat
 identifiable").
 """
 
+import copy
+import functools
+
 from ._plan import true_measure
 from ._rates import MEASURE_METRICS
 
@@ -50,6 +53,11 @@ def _not_assessed(reason):
     return {"identifiable": "unknown", "verdict": "unknown", "reason": reason,
             "obstructions": [], "near_alternatives": [],
             "label": f"identifiability not assessed: {reason}"}
+
+
+@functools.lru_cache(maxsize=8)
+def _layer_verdicts_of(config):
+    return layer_study_verdicts(config)
 
 
 def layer_study_verdicts(config, truth=None):
@@ -131,6 +139,10 @@ def study_verdicts(config, truth=None):
         The truth's shape disagrees with the config's fitted shape, or ``K < K*``.
     """
     if config.kind == "layer":
+        # a layer study's verdicts depend on its config only: computed once per process
+        # (their identifiability reports take seconds), a copy returned
+        if truth is None:
+            return copy.deepcopy(_layer_verdicts_of(config))
         return layer_study_verdicts(config, truth)
     if truth is None:
         truth = true_measure(config)
