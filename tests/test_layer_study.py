@@ -147,6 +147,8 @@ def test_records_hold_layer_and_baseline_metrics(done_study):
     assert any("layer_voronoi_loss" in r for r in records if r["gate"] == "value")
     cert = certificate_summary(records)
     assert all(d["checked"] == 4 for d in cert.values())
+    base = certificate_summary(records, prefix="baseline_")
+    assert all(d["checked"] == 4 for d in base.values())
 
 
 def test_rates_verdicts_and_figure(done_study, capsys):
@@ -172,7 +174,8 @@ def test_rates_verdicts_and_figure(done_study, capsys):
     assert main(["rates", str(out), "--n-boot", "50"]) == 0
     text = capsys.readouterr().out
     assert "baseline_voronoi_loss" in text and "identifiability" in text
-    assert "median fit s" in text
+    assert "median fit s" in text and "baseline fit s" in text
+    assert "certificate of the per-entry baseline fits" in text
     assert main(["claims", str(out)]) == 2  # the paper's claims are about entry studies
 
 

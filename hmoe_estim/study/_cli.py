@@ -155,6 +155,11 @@ def _summarise(out, config, records, *, eps=None, n_boot=2000, plot=True, certif
 
     records = sort_records(config, records)
     print(format_certificate(certificate_summary(records), labels=_labels(config)))
+    baseline = certificate_summary(records, prefix="baseline_")
+    if any(d["checked"] for d in baseline.values()):  # a layer study's per-entry fits
+        print(format_certificate({m: d for m, d in baseline.items() if d["checked"]},
+                                 labels=_labels(config),
+                                 what="certificate of the per-entry baseline fits"))
     if certified_only:
         print("rates below use certified fits only (failures dropped)")
     print()
