@@ -99,7 +99,9 @@ def _bad_cases():
         ({"activation": "relu"}, X, Y, "Unknown activation"),
         ({"gate_form": "multiplicative"}, X, Y, "use gate='sdpa'"),
         ({"qk": "full", "gate": "key"}, X, Y, "qk='full' needs bilinear scores"),
-        ({"alpha": 0.1}, X, Y, "no ridge penalty yet"),
+        ({"alpha": -0.1}, X, Y, "alpha"),
+        ({"varpro": True, "gate": "output"}, X, Y, "needs a layer linear in W_O"),
+        ({"varpro": "yes"}, X, Y, "varpro must be"),
         ({"n_starts": 0}, X, Y, "n_starts must be an integer >= 1"),
     ]
 

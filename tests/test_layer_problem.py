@@ -63,9 +63,9 @@ def test_problem_refuses_bad_input():
     lower, upper = LayerProblem.default_box(truth.layout)
     with pytest.raises(ValueError, match=r"Y must have shape \(100, 3, 2\)"):
         LayerProblem(problem.X, problem.y, truth.layout, "none", "sigmoid", lower, upper)
-    with pytest.raises(ValueError, match="use alpha=0"):
+    with pytest.raises(ValueError, match="alpha must be a finite number >= 0"):
         LayerProblem(problem.X, problem.y.reshape(100, 3, 2), truth.layout, "none", "sigmoid",
-                     lower, upper, alpha=0.1)
+                     lower, upper, alpha=-0.1)
     with pytest.raises(ValueError, match="the box has"):
         LayerProblem(problem.X, problem.y.reshape(100, 3, 2), truth.layout, "none", "sigmoid",
                      lower[:-1], upper)

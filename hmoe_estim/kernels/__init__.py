@@ -43,6 +43,8 @@ _LAZY = {
     "layer_values": "layer",
     "layer_jacobian": "layer",
     "layer_sums": "layer",
+    "layer_heads": "layer",
+    "layer_chunks": "layer",
     "LayerPasses": "layer",
 }
 

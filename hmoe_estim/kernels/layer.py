@@ -41,16 +41,20 @@ with ``P (H·d·d)`` in place of ``W_Q, W_K`` for full Q/K. The outputs of one s
 rows ``i`` of ``f`` (all ``N`` rows, or the last one) flattened row-major: ``(i, c)`` is
 entry ``(i − i0)·d_out + c``.
 
-:func:`layer_sums` accumulates ``JᵀJ`` (upper triangle), ``Jᵀr``, ``Σ r²``, ``Σ J`` and
-``Σ r`` over the samples in sample order, serially: the result does not depend on the thread
-count. :class:`LayerPasses` sets these passes up once per data set for the solvers, with the
+:func:`layer_sums` accumulates ``JᵀJ`` (upper triangle; per output column, four Jacobian rows
+at a time, skipping the other columns' zero ``W_O`` entries),
+``Jᵀr``, ``Σ r²``, ``Σ J`` and ``Σ r`` in chunks of samples (:func:`layer_chunks`: their
+number depends only on ``n`` and ``P``), on Numba's threads, and adds the chunks in order: the
+result does not depend on the thread count. :func:`layer_heads` returns the head outputs
+``Φ`` (the variable projection of ``hmoe_estim.layer`` solves ``W_O`` from them).
+:class:`LayerPasses` sets these passes up once per data set for the solvers, with the
 protocol of :class:`~hmoe_estim.kernels.KernelPasses`.
 """
 
 import math
 
 import numpy as np
-from numba import njit
+from numba import get_num_threads, njit, prange
 
 from .lm_step import LMWorkspace
 
@@ -59,6 +63,8 @@ __all__ = [
     "layer_values",
     "layer_jacobian",
     "layer_sums",
+    "layer_heads",
+    "layer_chunks",
     "LayerPasses",
 ]
 
@@ -333,43 +339,195 @@ def layer_jacobian(theta, X, H, dv, dout, full, gate, act, theta_kind, intercept
     return f, J
 
 
+#: Most partial sums (doubles) the chunks of :func:`layer_sums` hold at once.
+_MAX_PARTIAL = 1 << 21
+#: Samples per block of the chunk count (the count depends only on ``n``, as in ``objective``).
+_SAMPLES_PER_BLOCK = 64
+_MAX_CHUNKS = 64
+
+
+def layer_chunks(n, P):
+    """Chunks of ``n`` samples for the sums of ``P`` parameters: ``ceil(n / 64)`` up to 64, and
+    fewer when their partial sums (``P² + 2P + 2`` each) would pass ``_MAX_PARTIAL`` doubles.
+    The count depends only on ``n`` and ``P``: the sums are the same bits for any thread
+    count."""
+    nblocks = (int(n) + _SAMPLES_PER_BLOCK - 1) // _SAMPLES_PER_BLOCK
+    width = P * P + 2 * P + 2
+    return max(1, min(_MAX_CHUNKS, nblocks, _MAX_PARTIAL // width))
+
+
 @njit(cache=True, error_model="numpy")
-def layer_sums(theta, X, y, offset, H, dv, dout, full, gate, act, theta_kind, intercept,
-               last):
-    """``(JᵀJ, Jᵀr, Σr², ΣJ, Σr)`` of the residuals ``r = f + offset − y`` (``y`` flat like the
-    output of :func:`layer_values`), summed over the samples in order (serial)."""
+def _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, q0, q1):
+    """``A[p, q] += a0 J0[q] + a1 J1[q] + a2 J2[q] + a3 J3[q]`` for ``q`` in ``[q0, q1)``
+    (``Ap = A[p]``): a vectorisable update, not a reduction."""
+    for q in range(q0, q1):
+        Ap[q] += a0 * J0[q] + a1 * J1[q] + a2 * J2[q] + a3 * J3[q]
+
+
+@njit(cache=True, error_model="numpy")
+def _group(J, rows, nr, r, P, oO, oT, dout, c, A, Jr, colsum):
+    """Add rows ``rows[:nr]`` (``nr <= 4``, all of output column ``c``; residuals ``r``) of
+    ``J`` to ``A`` (upper triangle), ``Jr`` and ``colsum``.
+
+    Rows of one column ``c`` are zero on the ``W_O`` columns of the other output columns:
+    those are skipped as ``p`` (all four entries zero) and as ``q`` (only the ``W_O`` entries
+    ``(k, c)``, at stride ``d_out``, are visited), so a group costs about ``(P_β + H d_v)²/2``
+    updates instead of ``P²/2``. Each entry of ``A`` is loaded and stored once per group.
+    """
+    J0 = J[rows[0]]
+    J1 = J[rows[1]] if nr > 1 else J0
+    J2 = J[rows[2]] if nr > 2 else J0
+    J3 = J[rows[3]] if nr > 3 else J0
+    r0 = r[0]
+    r1 = r[1] if nr > 1 else 0.0
+    r2 = r[2] if nr > 2 else 0.0
+    r3 = r[3] if nr > 3 else 0.0
+    K = (oT - oO) // dout
+    for p in range(P):
+        a0 = J0[p]
+        a1 = J1[p] if nr > 1 else 0.0
+        a2 = J2[p] if nr > 2 else 0.0
+        a3 = J3[p] if nr > 3 else 0.0
+        if a0 == 0.0 and a1 == 0.0 and a2 == 0.0 and a3 == 0.0:
+            continue
+        Jr[p] += a0 * r0 + a1 * r1 + a2 * r2 + a3 * r3
+        colsum[p] += a0 + a1 + a2 + a3
+        Ap = A[p]
+        if p < oO:
+            _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, p, oO)
+        k0 = 0 if p < oO else (p - oO) // dout
+        if p < oT:
+            for k in range(k0, K):
+                q = oO + k * dout + c
+                if q >= p:
+                    Ap[q] += a0 * J0[q] + a1 * J1[q] + a2 * J2[q] + a3 * J3[q]
+        _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, max(p, oT), P)
+
+
+@njit(cache=True, error_model="numpy")
+def _accumulate(J, f, y, y0, offset, R, dout, P, oO, oT, A, Jr, colsum, tot, rows, r):
+    """Add the ``R·d_out`` rows of one sample's ``J`` (residuals ``f + offset − y[y0:]``) to
+    ``A`` (upper triangle), ``Jr`` and ``colsum``; ``tot[0] += Σ r²``, ``tot[1] += Σ r``.
+    Output column by output column, four rows (tokens) at a time (:func:`_group`)."""
+    for c in range(dout):
+        a = 0
+        while a < R:
+            nr = min(4, R - a)
+            for t in range(nr):
+                row = (a + t) * dout + c
+                rows[t] = row
+                rt = f[row] + offset - y[y0 + row]
+                r[t] = rt
+                tot[0] += rt * rt
+                tot[1] += rt
+            _group(J, rows, nr, r, P, oO, oT, dout, c, A, Jr, colsum)
+            a += nr
+
+
+@njit(cache=True, error_model="numpy")
+def _sums_worker(wk, nworkers, theta, X, y, offset, H, dv, dout, full, gate, act, theta_kind,
+                 intercept, last, partial):
+    """Chunks ``wk, wk + nworkers, …`` of :func:`layer_sums`: chunk ``c`` (samples
+    ``[c·n/C, (c+1)·n/C)``) into ``partial[c] = [A (P×P, upper) | Jᵀr | Σr² | ΣJ | Σr]``."""
     n, N, d = X.shape
     i0 = N - 1 if last else 0
     R = N - i0
-    P = layer_offsets(H, d, dv, dout, full, theta_kind, intercept)[5]
+    oK, oV, oO, oT, oB, P = layer_offsets(H, d, dv, dout, full, theta_kind, intercept)
     hb, g, zg, scratch = _workspace(H, N, d, dv, dout, R)
     w = R * dout
     f = np.empty(w)
     J = np.empty((w, P))
-    A = np.zeros((P, P))
-    Jr = np.zeros(P)
-    colsum = np.zeros(P)
-    ssr = 0.0
-    rsum = 0.0
+    tot = np.zeros(2)
+    rows = np.empty(4, dtype=np.int64)
+    r = np.empty(4)
+    nchunks = partial.shape[0]
+    for c in range(wk, nchunks, nworkers):
+        acc = partial[c]
+        A = acc[:P * P].reshape((P, P))
+        Jr = acc[P * P:P * P + P]
+        colsum = acc[P * P + P + 1:P * P + 2 * P + 1]
+        tot[0] = 0.0
+        tot[1] = 0.0
+        for s in range(c * n // nchunks, (c + 1) * n // nchunks):
+            _sample(theta, X[s], H, N, d, dv, dout, full, gate, act, theta_kind, intercept,
+                    i0, True, f, J, hb, g, zg, scratch)
+            _accumulate(J, f, y, s * w, offset, R, dout, P, oO, oT, A, Jr, colsum, tot,
+                        rows, r)
+        acc[P * P + P] = tot[0]
+        acc[P * P + 2 * P + 1] = tot[1]
+
+
+@njit(cache=True, parallel=True)
+def _sums_parallel(theta, X, y, offset, H, dv, dout, full, gate, act, theta_kind, intercept,
+                   last, partial, nthreads):
+    nworkers = min(nthreads, partial.shape[0])
+    for wk in prange(nworkers):  # one workspace per worker, chunks dealt round-robin
+        _sums_worker(wk, nworkers, theta, X, y, offset, H, dv, dout, full, gate, act,
+                     theta_kind, intercept, last, partial)
+
+
+def _sums_total(partial, P):
+    """``(JᵀJ, Jᵀr, Σr², ΣJ, Σr)`` from the chunks' partial sums, added in chunk order."""
+    total = partial[0].copy()
+    for c in range(1, partial.shape[0]):
+        total += partial[c]
+    A = total[:P * P].reshape(P, P)
+    A = np.triu(A) + np.triu(A, 1).T
+    return (A, total[P * P:P * P + P], float(total[P * P + P]),
+            total[P * P + P + 1:P * P + 2 * P + 1], float(total[P * P + 2 * P + 1]))
+
+
+def layer_sums(theta, X, y, offset, H, dv, dout, full, gate, act, theta_kind, intercept,
+               last, n_threads=None):
+    """``(JᵀJ, Jᵀr, Σr², ΣJ, Σr)`` of the residuals ``r = f + offset − y`` (``y`` flat like the
+    output of :func:`layer_values`).
+
+    The samples are cut into :func:`layer_chunks` chunks (their number depends only on ``n``
+    and ``P``), each summed in sample order, and the chunks added in chunk order: the same
+    bits on any number of threads. ``n_threads``: Numba's thread count when ``None``; one
+    thread runs the chunks serially without compiling the parallel loop.
+    """
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    n, N, d = X.shape
+    P = layer_offsets(H, d, dv, dout, full, theta_kind, intercept)[5]
+    partial = np.zeros((layer_chunks(n, P), P * P + 2 * P + 2))
+    _run_sums(theta, X, y, float(offset), (H, dv, dout, full, gate, act, theta_kind,
+                                            intercept, last), partial, n_threads)
+    return _sums_total(partial, P)
+
+
+def _run_sums(theta, X, y, offset, args, partial, n_threads):
+    nthreads = get_num_threads() if n_threads is None else int(n_threads)
+    nworkers = min(max(nthreads, 1), partial.shape[0])
+    if nworkers <= 1:
+        _sums_worker(0, 1, theta, X, y, offset, *args, partial)
+    else:
+        _sums_parallel(theta, X, y, offset, *args, partial, nworkers)
+
+
+@njit(cache=True, error_model="numpy")
+def layer_heads(theta, X, H, dv, dout, full, gate, act, theta_kind, intercept, last, out):
+    """The head outputs ``Φ`` (``o_ie`` of the module docstring) of the samples ``X`` into
+    ``out`` of shape (n·R, H·d_v): row ``s·R + a`` (sample ``s``, row ``i = i0 + a``), column
+    ``h·d_v + e``. For every gate but ``"output"``, the layer's output is ``Φ W_O + b`` with
+    ``W_O`` read as the ``(H·d_v) × d_out`` matrix."""
+    n, N, d = X.shape
+    i0 = N - 1 if last else 0
+    R = N - i0
+    hb, g, zg, scratch = _workspace(H, N, d, dv, dout, R)
+    J = np.empty((0, 0))
+    f = np.empty(R * dout)
+    o = hb[7]
     for s in range(n):
         _sample(theta, X[s], H, N, d, dv, dout, full, gate, act, theta_kind, intercept, i0,
-                True, f, J, hb, g, zg, scratch)
-        for row in range(w):
-            r = f[row] + offset - y[s * w + row]
-            ssr += r * r
-            rsum += r
-            for p in range(P):
-                jp = J[row, p]
-                if jp == 0.0:
-                    continue
-                Jr[p] += jp * r
-                colsum[p] += jp
-                for q in range(p, P):
-                    A[p, q] += jp * J[row, q]
-    for p in range(P):
-        for q in range(p):
-            A[p, q] = A[q, p]
-    return A, Jr, ssr, colsum, rsum
+                False, f, J, hb, g, zg, scratch)
+        for a in range(R):
+            for h in range(H):
+                for e in range(dv):
+                    out[s * R + a, h * dv + e] = o[h, a, e]
+    return out
 
 
 class LayerPasses:
@@ -405,13 +563,17 @@ class LayerPasses:
         self.floor = max(self.n, 1) * (
             1e-13 * (float(np.sqrt(np.mean(yc ** 2))) if yc.size else 0.0)) ** 2
         out = np.empty(yc.size)
+        partial = np.zeros((layer_chunks(n, P), P * P + 2 * P + 2))
+        n_threads = get_num_threads()  # read once: the caller keeps it while the starts run
 
         def values(theta):
             return layer_values(np.ascontiguousarray(theta, dtype=np.float64), X, *args, out)
 
         def sums(theta, offset):
-            A, g, ssr, colsum, rsum = layer_sums(
-                np.ascontiguousarray(theta, dtype=np.float64), X, yc, float(offset), *args)
+            partial.fill(0.0)
+            _run_sums(np.ascontiguousarray(theta, dtype=np.float64), X, yc, float(offset),
+                      args, partial, n_threads)
+            A, g, ssr, colsum, rsum = _sums_total(partial, P)
             finite = bool(math.isfinite(ssr) and np.isfinite(A).all() and np.isfinite(g).all())
             return A, g, float(ssr), colsum, float(rsum), finite
 

@@ -5,13 +5,15 @@ as an HMoE with its own parameters. Here every entry of the output shares the la
 (``W_Q, W_K`` or ``P``, ``W_V``, ``W_O``, the multiplicative gate's ``W_θ``), and the fit
 minimises the mean squared residual over all of them at once:
 
-    θ̂ ∈ argmin_θ Σ_{samples, rows, columns} (Y − f_θ(X))² / m
+    θ̂ ∈ argmin_θ Σ_{samples, rows, columns} (Y − f_θ(X))² / m  +  alpha·‖weights‖²
 
 with ``f_θ`` the layer's output (``hmoe_estim.layer.attention_layer_output``) and ``θ``
 its packed vector (``hmoe_estim.layer.LayerLayout``). ``fit`` reads as the method:
-validate, build a ``hmoe_estim.layer.LayerProblem``, run the package's
-:class:`~hmoe_estim.solvers.Search` with Levenberg–Marquardt on the layer kernel's analytic
-Jacobian, keep the best start.
+validate, check the memory, scale the data, build the problem (``W_O`` solved in closed form
+where the layer is linear in it: ``hmoe_estim.layer._varpro.VarProLayerProblem``; else a
+``hmoe_estim.layer.LayerProblem``), run the package's :class:`~hmoe_estim.solvers.Search`
+with Levenberg–Marquardt on the layer kernel's analytic Jacobian, complete and rebalance every
+start, unscale, keep the best.
 """
 
 import warnings
@@ -25,9 +27,13 @@ from sklearn.utils.validation import check_is_fitted
 from .._defaults import PARAM_BOUND
 from .._names import GATE_FORMS, GRANULARITIES, QK_FORMS, ROWS
 from .._validation import check_activation, check_count, check_positive
+from ..kernels import layer_values
 from ._forward import attention_layer_output, check_tokens
+from ._gauge import rebalance
 from ._parameters import LayerLayout, check_choice, check_form, check_layer_gate
 from ._problem import LayerProblem
+from ._scaling import check_layer_fit_size, scale_factors
+from ._varpro import VarProLayerProblem
 
 __all__ = ["AttentionLayerRegressor", "LAYER_SEARCH"]
 
@@ -79,7 +85,14 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     fit_intercept : bool, default=False
         Add a free intercept ``b ∈ R^{d_out}`` to every row (after every gate; not boxed).
     alpha : float, default=0.0
-        Ridge penalty: not supported yet, must be 0 (a ``ValueError`` says so).
+        Ridge penalty ``alpha·‖w‖²`` on every weight (``W_Q, W_K`` or ``P``, ``W_V``,
+        ``W_O``, ``W_θ``; not the intercept), added to the *mean* squared residual as
+        :class:`~hmoe_estim.HMoERegressor`'s ``alpha`` (so it does not scale with ``n``), on
+        the weights of the scaled data (Notes).
+    varpro : {"auto", True, False}, default="auto"
+        Variable projection: solve ``W_O`` (and the intercept) in closed form for each value
+        of the other weights and search over those only (Notes). ``"auto"``: wherever the
+        layer is linear in ``W_O`` (every gate but ``"output"``); ``True`` refuses G5.
     solver : {"lm", "lbfgs"}, LocalSolver or Search, default="lm"
         ``"lm"`` (or a local solver object) runs inside the layer's default search (below);
         a :class:`~hmoe_estim.solvers.Search` sets every knob itself (give them all: its
@@ -106,15 +119,52 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     is signed already). Starts are ``hmoe_estim.layer.random_attention_layer`` draws
     scaled to the data: the input weights divided by the root mean square of ``X`` (``P``
     by its square), ``W_O`` multiplied by the standard deviation of ``Y`` (not for G5,
-    whose output is ``φ``'s), the intercept at the mean of ``Y``. Every weight lies in
-    ``[-10, 10]``.
+    whose output is ``φ``'s), the intercept at the mean of ``Y``. Every searched weight lies
+    in ``[-10, 10]`` (in the units of the data).
 
-    **No scaling.** Unlike :class:`~hmoe_estim.HMoERegressor`, ``X`` and ``Y`` are fitted
-    in their own units: standardise them when they are far from unit scale.
+    **Variable projection.** For every gate but G5 the output is ``Φ(β) W_O + b``, with
+    ``Φ`` the concatenated head outputs (``n·R × H·d_v``, shared by the ``d_out`` columns) and
+    ``β`` the other weights. For fixed ``β`` the best ``W_O`` and ``b`` solve one
+    least-squares problem with ``d_out`` right-hand sides; the search runs Levenberg–Marquardt
+    on the reduced problem in ``β``, with the partial gradient ``J_βᵀr`` at that solution and
+    Kaufman's Gauss–Newton matrix, the Schur complement ``J_βᵀJ_β − J_βᵀJ_W (J_WᵀJ_W)⁻¹
+    J_WᵀJ_β`` of the full one (both from the kernel's full sums at ``(β, Ŵ_O(β))``). ``W_O``
+    is then not boxed. The solve carries a ridge of ``1e-14`` (on the mean-squared-residual
+    scale, on the scaled data; the same on ``W_V``, which keeps the V/O gauge balanced) so that
+    it stays well-posed when head outputs are collinear or vanish; it moves the fit by about
+    ``1e-14`` relative and is left out of ``objective_``. ``varpro=False`` (and G5) runs
+    Levenberg–Marquardt on all weights.
+
+    **Scaling.** As :class:`~hmoe_estim.HMoERegressor`: the fit works on ``X / s_x`` and
+    ``(Y − Ȳ) / s_y`` (``Ȳ``: the column means with an intercept, else 0), ``s_x`` and
+    ``s_y`` the powers of two nearest to the root mean squares when those lie outside
+    ``[1/16, 16]`` (else 1; ``s_y = 1`` for G5, whose output is ``φ``'s). The layer of the
+    scaled data maps back exactly: ``W_Q, W_K, W_V, W_θ`` divided by ``s_x``, ``P`` by
+    ``s_x²``, ``W_O`` multiplied by ``s_y``, the intercept by ``s_y`` plus ``Ȳ``; the box and
+    ``objective_`` (times ``s_y²``) likewise. So fitting ``X·c``, ``Y·s`` (powers of two
+    outside that range) gives the transformed layer. ``alpha`` acts on the weights of the
+    scaled data, as the per-entry estimator's.
 
     **Gauges.** ``W_Q, W_K`` are determined only up to ``W_Q A, W_K A⁻ᵀ`` and, where nothing
     non-linear sits between them (MHA, G5, G3, G4, the headwise multiplicative gate),
-    ``W_V, W_O`` up to ``W_V B, B⁻¹ W_O``. Compare fits through ``P_`` and ``VO_``.
+    ``W_V, W_O`` up to ``W_V B, B⁻¹ W_O`` (``B`` diagonal for the elementwise gate). Every
+    start's result is moved, without changing its function, to the balanced point of its
+    orbit (``hmoe_estim.layer._gauge.rebalance``): per head, ``W_Q`` and ``W_K`` share the
+    singular values of ``√d_v P_h`` equally, ``W_V`` and ``W_O`` those of ``C_h = W_V W_O``
+    (for the diagonal gauge, each channel's two norms are equal). That point also has the
+    smallest penalty ``‖W_Q‖² + ‖W_K‖² + ‖W_V‖² + ‖W_O‖²`` of its orbit (twice the nuclear
+    norms of ``√d_v P_h`` and ``C_h``), so the ridge acts on the identified matrices. Compare
+    fits through ``P_`` and ``VO_``.
+
+    **Memory.** A fit's buffers (the data and their scaled copies, the head outputs of the
+    variable projection, the kernel's per-worker sums) are estimated before anything is
+    allocated (``hmoe_estim.layer._scaling.layer_fit_memory_bytes``); above 4 GiB
+    (``hmoe_estim.estimators._guards.MAX_FIT_BYTES``) the fit is refused with the size and
+    how to reduce it.
+
+    **Kernel.** The Gauss–Newton sums run over samples in chunks whose number depends only
+    on ``n``, on Numba's threads, and add the chunks in order: the fit is the same bits for
+    any thread count.
 
     **Score.** :meth:`score` is scikit-learn's ``r2_score`` on the outputs flattened to
     ``(n, R·d_out)`` (``R`` rows): the mean over output entries of each entry's R².
@@ -136,9 +186,14 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     VO_ : ndarray of shape (H, d, d_out)
         ``W_V,h W_O,h`` (invariant under the V/O gauge).
     objective_ : float
-        Mean squared residual of the best start.
+        Mean squared residual of the best start plus the ridge ``alpha·‖w‖²`` (of the
+        scaled weights, times ``s_y²``), in the units of ``Y``.
     start_objectives_ : ndarray
         Final objective of every start run to convergence, round after round.
+    varpro_ : bool
+        Whether ``W_O`` was solved in closed form (variable projection).
+    x_scale_, y_scale_ : float
+        ``s_x`` and ``s_y`` of the fit (Notes: Scaling).
     n_starts_agreeing_ : int
         Starts within ``σ̂²/m`` of the best objective (``m`` residuals).
     n_rounds_agreeing_ : int
@@ -173,8 +228,8 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
 
     def __init__(self, n_heads=1, head_dim=None, gate="none", activation="sigmoid",
                  gate_form="activation", granularity="headwise", qk="factored", rows="all",
-                 fit_intercept=False, alpha=0.0, solver="lm", n_starts=None, max_iter=None,
-                 random_state=None):
+                 fit_intercept=False, alpha=0.0, varpro="auto", solver="lm", n_starts=None,
+                 max_iter=None, random_state=None):
         self.n_heads = n_heads
         self.head_dim = head_dim
         self.gate = gate
@@ -185,6 +240,7 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         self.rows = rows
         self.fit_intercept = fit_intercept
         self.alpha = alpha
+        self.varpro = varpro
         self.solver = solver
         self.n_starts = n_starts
         self.max_iter = max_iter
@@ -202,9 +258,13 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         check_choice(self.rows, "rows", ROWS)
         if not isinstance(self.fit_intercept, (bool, np.bool_)):
             raise ValueError(f"fit_intercept must be True or False; got {self.fit_intercept!r}.")
-        if check_positive(self.alpha, "alpha", allow_zero=True) != 0.0:
-            raise ValueError(f"alpha={self.alpha!r}: the layer fit has no ridge penalty yet; "
-                             "use alpha=0.")
+        check_positive(self.alpha, "alpha", allow_zero=True)
+        if not (isinstance(self.varpro, str) and self.varpro == "auto") \
+                and not isinstance(self.varpro, (bool, np.bool_)):
+            raise ValueError(f"varpro must be 'auto', True or False; got {self.varpro!r}.")
+        if self.varpro is True and self.gate == "output":
+            raise ValueError("varpro=True needs a layer linear in W_O; gate='output' (G5) is "
+                             "not: use varpro='auto' or False.")
         H = check_count(self.n_heads, "n_heads")
         dv = d if self.head_dim is None else check_count(self.head_dim, "head_dim")
         if self.qk == "factored" and dv > d:
@@ -293,7 +353,9 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
             ``X`` not 3-D, ``Y`` of another ``n`` or ``N``, NaN or infinite values, fewer
             residuals (``n·R·d_out``) than parameters, ``head_dim > d`` with factored Q/K,
             an unknown gate, activation, form, granularity, ``qk`` or ``rows``, a combination
-            the layer cannot hold, ``alpha > 0`` (no ridge yet), a search knob out of range.
+            the layer cannot hold, ``alpha < 0``, ``varpro=True`` with G5, a search knob out
+            of range, a fit whose buffers would pass the memory limit (the message gives
+            the size and how to reduce it).
 
         Warns
         -----
@@ -315,23 +377,55 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
                 f"{n} samples give {m} output entries for {layout.n_params} parameters: the "
                 "least-squares fit is under-determined. Use more samples, or fewer heads or "
                 "a smaller head_dim.")
-        lower, upper = LayerProblem.default_box(layout, PARAM_BOUND)
-        problem = LayerProblem(X, Y, layout, self.gate, self.activation, lower, upper,
-                               rows=self.rows, gate_form=self.gate_form)
+        check_layer_fit_size(n, N, R, layout, self._use_varpro())
+        problem, scaling = self._scaled_problem(X, Y, layout)
         rng = check_random_state(self.random_state)
-        found = search.run(problem, self._draw(problem, X, Y, rng))
-        self._record(found, problem, search, X, Y)
+        found = search.run(problem, self._draw(problem, scaling, rng))
+        self._record(found, problem, scaling, search, X, Y)
         return self
 
-    def _draw(self, problem, X, Y, rng):
-        """``draw()``: a random start scaled to the data (class docstring), in the box."""
+    def _use_varpro(self):
+        """Whether the fit solves ``W_O`` in closed form (``varpro``; not for G5)."""
+        if isinstance(self.varpro, str):
+            return self.gate != "output"
+        return bool(self.varpro)
+
+    def _scaled_problem(self, X, Y, layout):
+        """The problem on the data scaled to unit size, and the scaling: ``(Y − Ȳ) / s_y`` on
+        ``X / s_x`` (powers of two; ``Ȳ`` the column means with an intercept, else 0;
+        ``s_y = 1`` for G5), the box mapped alike (class docstring)."""
+        from ..estimators._guards import input_scale, target_scale
+
+        lay = layout
+        d_out = lay.d_out
+        y_offset = Y.reshape(-1, d_out).mean(axis=0) if lay.fit_intercept else np.zeros(d_out)
+        Yc = Y - y_offset
+        s_y = target_scale(Yc, "none") if self.gate != "output" else 1.0
+        s_x = input_scale(X)
+        v = scale_factors(lay, s_x, s_y)
+        lower, upper = LayerProblem.default_box(lay, PARAM_BOUND)
+        lower, upper = lower * v, upper * v
+        Xs = np.ascontiguousarray(X / s_x)
+        Ys = np.ascontiguousarray(Yc / s_y)
+        kind = VarProLayerProblem if self._use_varpro() else LayerProblem
+        problem = kind(Xs, Ys, lay, self.gate, self.activation, lower, upper, rows=self.rows,
+                       gate_form=self.gate_form, alpha=float(self.alpha))
+        return problem, dict(v=v, s_x=s_x, s_y=s_y, y_offset=y_offset, Xs=Xs, Ys=Ys)
+
+    def _draw(self, problem, scaling, rng):
+        """``draw()``: a random start scaled to the (scaled) data (class docstring), in the
+        box; ``β`` only under the variable projection."""
         from ._data import random_attention_layer
 
         lay = problem.layout
+        X, Y = scaling["Xs"], scaling["Ys"]
         x_rms = float(np.sqrt(np.mean(X * X))) or 1.0
         y_flat = Y.reshape(-1, lay.d_out)
         y_std = float(np.std(y_flat)) or 1.0
         out_scale = 1.0 if self.gate == "output" else y_std
+        varpro = isinstance(problem, VarProLayerProblem)
+        lower = problem.full_lower if varpro else problem.lower
+        upper = problem.full_upper if varpro else problem.upper
 
         def draw():
             layer = random_attention_layer(
@@ -349,23 +443,51 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
                 layer.W_theta /= x_rms
             if lay.fit_intercept:
                 layer.intercept[:] = y_flat.mean(axis=0)
-            return np.clip(lay.pack(layer), problem.lower, problem.upper)
+            theta = np.clip(lay.pack(layer), lower, upper)
+            return problem.beta(theta) if varpro else theta
 
         return draw
 
-    def _record(self, found, problem, search, X, Y):
-        """The fitted attributes from the search's result."""
+    def _record(self, found, problem, scaling, search, X, Y):
+        """The fitted attributes from the search's result, in the units of the data."""
         from ..solvers import count_agreeing
 
         results = found.results
-        objectives = np.array([r.objective for r in results])
+        s_y = scaling["s_y"]
+        lay = problem.layout
+        varpro = isinstance(problem, VarProLayerProblem)
+        # every start's full theta at the balanced point of its gauge orbit (the same
+        # function), in the scaled units, and its objective: the mean squared residual plus
+        # the ridge (not the solve's tiny ridge of the variable projection)
+        thetas, objectives = [], []
+        y = problem.data_y if varpro else problem.y
+        weights = float(self.alpha) * problem.penalty_weights()
+        for r in results:
+            theta = problem.complete(r.theta) if varpro else np.array(r.theta)
+            if np.all(np.isfinite(theta)):
+                theta = lay.pack(rebalance(lay.unpack(theta), self.gate))
+            thetas.append(theta)
+            with np.errstate(over="ignore", invalid="ignore"):
+                res = layer_values(theta, problem.X, *problem.kernel_args(),
+                                   np.empty(y.size)) - y
+                obj = float(np.mean(res * res)) + float(weights.dot(theta * theta))
+            objectives.append(obj * s_y * s_y if np.isfinite(obj) else np.inf)
+        objectives = np.array(objectives)
         if not np.any(np.isfinite(objectives)):
             raise ValueError("every start ended with a non-finite objective: X or Y is too "
                              "large for the layer; standardise them.")
         best = int(np.nanargmin(np.where(np.isfinite(objectives), objectives, np.nan)))
         res = results[best]
-        lay = problem.layout
-        layer = lay.unpack(res.theta)
+        theta = thetas[best]
+        with np.errstate(over="ignore"):
+            theta = theta / scaling["v"]
+        if not np.all(np.isfinite(theta)):
+            raise ValueError(
+                f"the fitted weights overflow when mapped back to the units of Y (scale "
+                f"{s_y:.3g}) and X ({scaling['s_x']:.3g}); rescale Y and X to moderate values.")
+        if lay.fit_intercept:
+            theta[lay.offsets()[4]:] += scaling["y_offset"]
+        layer = lay.unpack(theta)
         self.layer_ = layer
         if layer.qk == "factored":
             self.W_Q_, self.W_K_ = layer.W_Q.copy(), layer.W_K.copy()
@@ -375,7 +497,9 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         self.intercept_ = (layer.intercept.copy() if layer.intercept is not None
                            else np.zeros(lay.d_out))
         self.P_, self.VO_ = layer.P_, layer.VO_
-        self.theta_ = np.array(res.theta)
+        self.theta_ = theta
+        self.varpro_ = varpro
+        self.x_scale_, self.y_scale_ = float(scaling["s_x"]), float(s_y)
         self.objective_ = float(objectives[best])
         self.start_objectives_ = objectives
         self.n_starts_agreeing_ = count_agreeing(objectives, problem.n_residuals)
@@ -402,7 +526,10 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
                 f"The search stopped on its time budget (max_seconds={search.max_seconds}) "
                 f"after {found.rounds} round(s). Raise max_seconds for a search that runs "
                 "its rounds to the end.", ConvergenceWarning, stacklevel=3)
-        bounded = np.isfinite(problem.upper)
+        bounded = np.isfinite(LayerProblem.default_box(lay, PARAM_BOUND)[1])
+        if self.varpro_:  # W_O is solved, not boxed
+            oO, oT = lay.offsets()[2:4]
+            bounded[oO:oT] = False
         if np.any(np.abs(self.theta_[bounded]) >= PARAM_BOUND * (1 - 1e-9)):
             warnings.warn(
                 f"a fitted weight lies at the box [-{PARAM_BOUND:g}, {PARAM_BOUND:g}]: the box "

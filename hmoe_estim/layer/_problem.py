@@ -8,8 +8,18 @@ box, with the residuals ``r = f_θ(X) − Y`` of every output entry (``m = n·R�
 fits use. Its intercept, when the layout has one, is a block of ``θ`` (one per output column)
 handled by the layer kernel: for the solvers, ``fit_intercept`` is False (no scalar offset).
 
-Not yet: the ridge penalty (``alpha`` must be 0), signed weights and sign folding (a layer's
-``W_O`` is signed already; ``sign_symmetric`` is False), moves that need per-entry experts.
+The ridge penalty ``alpha·‖w‖²`` (``w``: every weight, not the intercept) is added to the
+mean squared residual, as :class:`~hmoe_estim.HMoERegressor`'s ``alpha`` (there on the gate
+matrices and experts; a layer has no ``ω ≥ 0`` in a box, and a penalty on only one factor of
+``P_h = W_Q W_Kᵀ/√d_v`` or ``C_h = W_V W_O`` would shrink it and grow the other along the
+gauge): the solvers' Levenberg–Marquardt adds it to ``JᵀJ`` and ``Jᵀr`` exactly
+(``penalty_weights`` of the passes). Over a gauge orbit ``‖W_Q‖² + ‖W_K‖²`` is smallest
+(``2√d_v ‖P_h‖_*``) at equal singular-value shares, and likewise ``‖W_V‖² + ‖W_O‖²``
+(``2‖C_h‖_*``), so the penalty acts on nuclear norms of the identified matrices.
+
+Not here: signed weights and sign folding (a layer's ``W_O`` is signed already;
+``sign_symmetric`` is False), moves that need per-entry experts. The variable projection of
+``W_O`` is :class:`~hmoe_estim.layer._varpro.VarProLayerProblem`.
 """
 
 import numpy as np
@@ -35,7 +45,7 @@ class LayerProblem:
     gate_form : {"activation", "multiplicative"} or None
         ``None``: multiplicative when the layout has a granularity.
     alpha : float
-        Must be 0 (no penalty yet).
+        Ridge penalty on every weight (module docstring), ``>= 0``.
     """
 
     fit_intercept = False  # the layer's intercept is part of theta, not the solvers' offset
@@ -46,8 +56,9 @@ class LayerProblem:
         if not isinstance(layout, LayerLayout):
             raise ValueError(f"layout must be a LayerLayout; got {type(layout).__name__}.")
         check_form(layout, gate, activation, gate_form, rows)
-        if float(alpha) != 0.0:
-            raise ValueError("a layer fit has no ridge penalty yet: use alpha=0.")
+        alpha = float(alpha)
+        if not alpha >= 0.0 or not np.isfinite(alpha):
+            raise ValueError(f"alpha must be a finite number >= 0; got {alpha!r}.")
         X = np.ascontiguousarray(X, dtype=np.float64)
         if X.ndim != 3 or X.shape[2] != layout.d:
             raise ValueError(f"X must have shape (n, N, d) with d = {layout.d}; got {X.shape}.")
@@ -61,7 +72,7 @@ class LayerProblem:
         self.y = np.ascontiguousarray(Y.reshape(n * R * layout.d_out))
         self.layout = layout
         self.gate, self.activation, self.rows = gate, activation, rows
-        self.alpha = 0.0
+        self.alpha = alpha
         self.n_params = layout.n_params
         lower = np.asarray(lower, dtype=np.float64)
         upper = np.asarray(upper, dtype=np.float64)
@@ -139,16 +150,27 @@ class LayerProblem:
         (:class:`hmoe_estim.kernels.LayerPasses`)."""
         from ..kernels import LayerPasses
 
-        return LayerPasses(self.X, self.y, self.kernel_args())
+        passes = LayerPasses(self.X, self.y, self.kernel_args())
+        passes.penalty_weights = self.penalty_weights()
+        return passes
+
+    def penalty_weights(self):
+        """``w`` of the penalty ``alpha·Σ_p w_p θ_p²``: 1 on the weights, 0 on the
+        intercept."""
+        w = np.ones(self.layout.n_params)
+        w[self.layout.offsets()[4]:] = 0.0
+        return w
 
     def objective_and_gradient(self, theta):
-        """``Σ r² / m`` and its gradient ``2 Jᵀr / m`` (``m`` residuals)."""
+        """``Σ r² / m + alpha·‖w‖²`` and its gradient ``2 Jᵀr / m + 2 alpha·w`` (``m``
+        residuals)."""
         from ..kernels import layer_sums
 
         theta = np.ascontiguousarray(theta, dtype=np.float64)
         _, g, ssr, _, _ = layer_sums(theta, self.X, self.y, 0.0, *self.kernel_args())
         m = max(self.y.size, 1)
-        return ssr / m, 2.0 * g / m
+        w = self.alpha * self.penalty_weights()
+        return ssr / m + float(w.dot(theta * theta)), 2.0 * g / m + 2.0 * w * theta
 
     def gauss_newton_matrix(self, theta):
         """``JᵀJ`` at ``theta``."""
