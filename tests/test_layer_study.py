@@ -86,6 +86,8 @@ def test_layer_config_round_trip_and_preset():
     ({"models": ["value"], "truth": {"gate_form": "multiplicative"}},
      r"use models = \[\"sdpa\"\]"),
     ({"kind": "layers"}, r"kind must be one of \['entry', 'layer'\]"),
+    ({"fit": {"varpro": "yes"}}, r"fit\.varpro must be \"auto\", true or false"),
+    ({"models": ["output"], "fit": {"varpro": True}}, r"Use fit\.varpro = \"auto\""),
 ])
 def test_bad_layer_config_says_what_to_fix(change, match):
     with pytest.raises(ConfigError, match=match):

@@ -38,6 +38,7 @@ A layer study's TOML file (every key optional unless marked; unknown keys are an
     n_starts = 4
     max_iter = 1000
     fit_intercept = false
+    varpro = "auto"                # W_O solved in closed form: "auto", true or false
 
     [baseline]                     # the per-entry HMoERegressor on one entry of the same data
     enabled = true
@@ -127,6 +128,7 @@ class LayerFitConfig:
     n_starts: int = N_STARTS
     max_iter: int = MAX_ITER
     fit_intercept: bool = False
+    varpro: object = "auto"
 
 
 @dataclass(frozen=True)
@@ -331,7 +333,14 @@ def _fit(raw, truth):
         n_starts=_int(raw.get("n_starts", N_STARTS), "fit.n_starts", 1),
         max_iter=_int(raw.get("max_iter", MAX_ITER), "fit.max_iter", 1),
         fit_intercept=_bool(raw.get("fit_intercept", False), "fit.fit_intercept"),
+        varpro=_varpro(raw.get("varpro", "auto")),
     )
+
+
+def _varpro(value):
+    if value != "auto" and not isinstance(value, bool):
+        raise ConfigError(f"fit.varpro must be \"auto\", true or false; got {value!r}.")
+    return value
 
 
 def _baseline(raw, fit, truth, data):
@@ -364,6 +373,10 @@ def _baseline(raw, fit, truth, data):
 
 def _check_models(models, truth, fit):
     for m in models:
+        if fit.varpro is True and m.gate == "output":
+            raise ConfigError(
+                f"model {m.name!r} has gate 'output' (G5), whose output is not linear in W_O: "
+                "fit.varpro = true cannot hold it. Use fit.varpro = \"auto\".")
         if truth.gate_form == "multiplicative" and m.gate != "sdpa":
             raise ConfigError(
                 f"model {m.name!r} has gate {m.gate!r}, but truth.gate_form = 'multiplicative' "
