@@ -85,7 +85,7 @@ def layer_study_verdicts(config, truth=None):
     if truth is None:
         truth = true_layer(config)
     try:
-        from ..layer import layer_identifiability_report
+        from ..layer import layer_identifiability_report, layer_verdict_label
     except ImportError:
         layer_identifiability_report = None
     out = {}
@@ -95,11 +95,12 @@ def layer_study_verdicts(config, truth=None):
                                 "(hmoe_estim.layer.layer_identifiability_report)")
         else:
             rec = layer_identifiability_report(
-                truth, gate=m.gate, activation=m.activation, head_dim=config.fit.head_dim,
-                qk=config.fit.qk, gate_form=config.truth.gate_form).to_dict()
+                truth, gate=m.gate, activation=m.activation, gate_form=config.truth.gate_form,
+                qk=config.fit.qk, n_tokens=config.data.n_tokens, head_dim=config.fit.head_dim,
+                rows=config.data.rows).to_dict()
+            rec["label"] = layer_verdict_label(rec)
             rec.setdefault("near_alternatives", [])
             rec.setdefault("obstructions", [])
-            rec.setdefault("label", rec["verdict"])
         if config.has_baseline(m):
             from ..layer._metrics import _entry_measure
 
@@ -156,10 +157,11 @@ def study_verdicts(config, truth=None):
 
 
 def _reading(rec, slow):
-    """The reading of a parameter metric's slope under the verdict record ``rec``."""
+    """The reading of a parameter metric's slope under the verdict record ``rec`` (a layer's
+    ``"identifiable up to the gauges"`` reads as identifiable: its metrics are invariant)."""
     if rec["verdict"] == "not identifiable":
         reading = "not a rate: " + rec["label"]
-    elif rec["verdict"] == "identifiable":
+    elif rec["verdict"] in ("identifiable", "identifiable up to the gauges"):
         reading = "rate"
     else:
         reading = "rate if identifiable (identifiability unknown)"
@@ -213,6 +215,12 @@ def annotate_rates(rates, config, truth=None, verdicts=None):
         for metric in parameter_metrics:
             if metric in per and "slope" in per[metric]:
                 per[metric]["reading"] = _reading(rec, slow)
+        gauge = config.kind == "layer" and rec.get("verdict") != "not identifiable" \
+            and config.model(model).gate not in ("value", "sdpa")
+        if gauge and "slope" in per.get("entry_voronoi_loss", {}):
+            per["entry_voronoi_loss"]["reading"] = (
+                "not a rate: the raw entry loss is not invariant under this gate's V/O gauge "
+                "(W_V B, B^-1 W_O); read VO_error")
         for key, metrics in (("measure_level", MEASURE_METRICS),
                              ("baseline_entry", baseline_metrics)):
             sub = rec.get(key)
