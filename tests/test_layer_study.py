@@ -171,6 +171,9 @@ def test_rates_verdicts_and_figure(done_study, capsys):
     # the per-entry verdicts of the truth's entry measure: MHA's is the fibre of b = Σ ω a
     assert rates["none"]["identifiability"]["baseline_entry"]["verdict"] == "not identifiable"
     assert rates["none"]["baseline_voronoi_loss"]["reading"].startswith("not a rate")
+    # MHA's raw entry loss sees the V/O gauge, whatever the layer's verdict
+    assert "V/O gauge" in rates["none"]["entry_voronoi_loss"]["reading"]
+    assert "V/O gauge" not in rates["value"]["entry_voronoi_loss"]["reading"]
     assert main(["plot", str(out)]) == 0
     assert os.path.getsize(out / "learning_curves.png") > 10_000
     assert main(["rates", str(out), "--n-boot", "50"]) == 0

@@ -83,7 +83,7 @@ def build_parser():
                       help="9 sample sizes x 30 replications (resumable)")
     size.add_argument("--layer", dest="preset", action="store_const", const="layer",
                       help="the layer study: MHA, G1, G2 fitted as whole attention layers "
-                           "(H=1, N=3, d=2, d_v=2), each with a per-entry fit of one entry "
+                           "(H=1, N=2, d=2, d_v=2), each with a per-entry fit of one entry "
                            "as the baseline; a few minutes on 2 cores")
     _add_run_options(p)
 
