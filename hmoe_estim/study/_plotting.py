@@ -148,6 +148,7 @@ def plot_learning_curves(records, path, *, rates=None, metrics=PLOT_METRICS, lab
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.0 * nrows), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    legend_slot = None
     for p, (ax, panel) in enumerate(zip(axes.ravel(), panels)):
         for i, metric in enumerate(panel):
             for j, model in enumerate(models):
@@ -165,14 +166,18 @@ def plot_learning_curves(records, path, *, rates=None, metrics=PLOT_METRICS, lab
         ax.grid(True, which="both", alpha=0.25)
         if ax.get_legend_handles_labels()[0] and len(panel) > 1 and p == len(panels) - 1 \
                 and p % ncols < ncols - 1:  # a shared panel's long legend: in the free slot
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.03, 1.0))
+            spare = axes.ravel()[p + 1]
+            spare.axis("off")
+            spare.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="center left")
+            legend_slot = spare
         elif ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="best")
         else:
             ax.text(0.5, 0.5, "no positive values", transform=ax.transAxes, ha="center",
                     va="center", color="gray")
     for ax in axes.ravel()[len(panels):]:
-        ax.set_visible(False)
+        if ax is not legend_slot:
+            ax.set_visible(False)
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
