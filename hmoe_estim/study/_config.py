@@ -286,83 +286,8 @@ class MetricsConfig:
     ref_seed: int = 0
 
 
-class StudyBase:
-    """What every kind of study config has: models, grid, seed and their plain form.
-
-    Subclasses (:class:`StudyConfig`, :class:`~hmoe_estim.study.LayerStudyConfig`) are frozen
-    dataclasses with ``models``, ``name``, ``seed`` and ``grid`` fields and a ``to_dict``.
-    """
-
-    def model(self, name):
-        """The :class:`ModelSpec` called ``name``."""
-        for m in self.models:
-            if m.name == name:
-                return m
-        raise KeyError(name)
-
-    def n_fits(self):
-        """``len(models) · len(n grid) · reps``."""
-        return len(self.models) * len(self.grid.n) * self.grid.reps
-
-    def _plain(self, **sections):
-        """The plain form of the common fields, then ``sections`` (``to_dict``'s body)."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "seed": self.seed,
-            "models": [
-                {"gate": m.gate, "activation": m.activation, "name": m.name} for m in self.models
-            ],
-            "grid": {"n": list(self.grid.n), "reps": self.grid.reps},
-            **sections,
-        }
-
-    def config_hash(self):
-        """SHA-256 (16 hex digits) of the canonical JSON of :meth:`to_dict`, without the
-        descriptive fields (``DESCRIPTIVE_KEYS``): rewording a description does not make a
-        stored study a different one."""
-        d = without_descriptive(self.to_dict())
-        text = json.dumps(d, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-    def with_changes(self, **sections):
-        """A new validated config with some fields replaced, e.g.
-        ``cfg.with_changes(fit={"init": "near-truth"}, grid={"reps": 2})``."""
-        d = self.to_dict()
-        for section, values in sections.items():
-            if isinstance(values, dict) and isinstance(d.get(section), dict):
-                d[section] = {**d[section], **values}
-                if section == "grid" and ("n_min" in values or "n_points" in values):
-                    d[section].pop("n", None)
-            else:
-                d[section] = values
-        return StudyConfig.from_dict(d)
-
-    @classmethod
-    def from_dict(cls, d, *, base_dir=None):
-        """Validate a nested dict (as read from TOML/JSON) into a study config: a
-        :class:`StudyConfig`, or a :class:`~hmoe_estim.study.LayerStudyConfig` when
-        ``kind = "layer"``.
-
-        Parameters
-        ----------
-        d : dict
-            Top-level keys ``kind, name, description, seed, activation, models, truth, data,
-            grid, fit, metrics`` (and ``baseline`` for a layer study).
-        base_dir : str or None
-            Directory against which ``truth.file`` is resolved.
-
-        Raises
-        ------
-        ConfigError
-            Unknown keys, wrong types, impossible sizes, an unreadable truth file, duplicate
-            model names, an empty grid.
-        """
-        return _from_dict(d, base_dir)
-
-
 @dataclass(frozen=True)
-class StudyConfig(StudyBase):
+class StudyConfig:
     """A complete, validated study configuration.
 
     Build it with :func:`load_config` (TOML or JSON file), :func:`load_preset` or
@@ -479,6 +404,73 @@ class StudyConfig(StudyBase):
             del truth["measure"]
         return self._plain(truth=truth, data=dataclasses.asdict(self.data),
                            fit=_fit_dict(self.fit), metrics=dataclasses.asdict(self.metrics))
+
+    # -- shared with LayerStudyConfig (assigned there) ---------------------------------
+    def model(self, name):
+        """The :class:`ModelSpec` called ``name``."""
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def n_fits(self):
+        """``len(models) · len(n grid) · reps``."""
+        return len(self.models) * len(self.grid.n) * self.grid.reps
+
+    def _plain(self, **sections):
+        """The plain form of the common fields, then ``sections`` (``to_dict``'s body)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "seed": self.seed,
+            "models": [
+                {"gate": m.gate, "activation": m.activation, "name": m.name} for m in self.models
+            ],
+            "grid": {"n": list(self.grid.n), "reps": self.grid.reps},
+            **sections,
+        }
+
+    def config_hash(self):
+        """SHA-256 (16 hex digits) of the canonical JSON of :meth:`to_dict`, without the
+        descriptive fields (``DESCRIPTIVE_KEYS``): rewording a description does not make a
+        stored study a different one."""
+        d = without_descriptive(self.to_dict())
+        text = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def with_changes(self, **sections):
+        """A new validated config with some fields replaced, e.g.
+        ``cfg.with_changes(fit={"init": "near-truth"}, grid={"reps": 2})``."""
+        d = self.to_dict()
+        for section, values in sections.items():
+            if isinstance(values, dict) and isinstance(d.get(section), dict):
+                d[section] = {**d[section], **values}
+                if section == "grid" and ("n_min" in values or "n_points" in values):
+                    d[section].pop("n", None)
+            else:
+                d[section] = values
+        return StudyConfig.from_dict(d)
+
+    @classmethod
+    def from_dict(cls, d, *, base_dir=None):
+        """Validate a nested dict (as read from TOML/JSON) into a study config: a
+        :class:`StudyConfig`, or a :class:`LayerStudyConfig` when ``kind = "layer"``.
+
+        Parameters
+        ----------
+        d : dict
+            Top-level keys ``kind, name, description, seed, activation, models, truth, data,
+            grid, fit, metrics`` (and ``baseline`` for a layer study).
+        base_dir : str or None
+            Directory against which ``truth.file`` is resolved.
+
+        Raises
+        ------
+        ConfigError
+            Unknown keys, wrong types, impossible sizes, an unreadable truth file, duplicate
+            model names, an empty grid.
+        """
+        return _from_dict(d, base_dir)
 
 
 # -- validation ----------------------------------------------------------------------------

@@ -178,7 +178,7 @@ def run_fit(config, truth, model_name, n, rep, seed, numba_threads=None):
     ----------
     config : StudyConfig or LayerStudyConfig
     truth : MixingMeasure or AttentionLayer
-        The study's truth (an :class:`~hmoe_estim.layer.AttentionLayer` in a layer study).
+        The study's truth (an ``AttentionLayer`` in a layer study).
     model_name : str
     n, rep, seed : int
     numba_threads : int or None

@@ -1,5 +1,5 @@
 """Configuration of a layer study (``kind = "layer"``): a whole attention layer fitted by
-:class:`~hmoe_estim.layer.AttentionLayerRegressor`, with one entry fitted on its own by
+:class:`~hmoe_estim.AttentionLayerRegressor`, with one entry fitted on its own by
 :class:`~hmoe_estim.HMoERegressor` as the per-entry baseline.
 
 A layer study's TOML file (every key optional unless marked; unknown keys are an error)::
@@ -70,7 +70,7 @@ from ._config import (
     MAX_FITS,
     ConfigError,
     GridConfig,
-    StudyBase,
+    StudyConfig,
     _bool,
     _check_keys,
     _float,
@@ -89,13 +89,13 @@ __all__ = [
 #: Gates whose output entries are HMoEs (in the activation form): the per-entry baseline and
 #: the entry Voronoi loss exist for them only.
 ENTRY_GATES = ("none", "value", "sdpa", "output")
-#: Token distributions of :func:`~hmoe_estim.layer.make_attention_regression`.
+#: Token distributions of ``hmoe_estim.layer.make_attention_regression``.
 TOKENS = ("normal", "uniform")
 
 
 @dataclass(frozen=True)
 class LayerTruthConfig:
-    """The true layer: :func:`~hmoe_estim.layer.random_attention_layer` of these settings."""
+    """The true layer: ``hmoe_estim.layer.random_attention_layer`` of these settings."""
 
     n_heads: int = 1
     d: int = 2
@@ -120,7 +120,7 @@ class LayerDataConfig:
 
 @dataclass(frozen=True)
 class LayerFitConfig:
-    """Settings of :class:`~hmoe_estim.layer.AttentionLayerRegressor` (``head_dim`` and
+    """Settings of :class:`~hmoe_estim.AttentionLayerRegressor` (``head_dim`` and
     ``qk`` default to the truth's)."""
 
     head_dim: int = None
@@ -156,12 +156,13 @@ class LayerMetricsConfig:
 
 
 @dataclass(frozen=True)
-class LayerStudyConfig(StudyBase):
+class LayerStudyConfig:
     """A complete, validated layer study configuration (``kind = "layer"``; module docstring).
 
-    Built by :func:`hmoe_estim.study.load_config` or :meth:`StudyBase.from_dict` from a config
-    with ``kind = "layer"``; :meth:`to_dict` is the canonical plain form stored in
-    ``OUT/config.json``.
+    Built by :func:`hmoe_estim.study.load_config` or :meth:`from_dict` from a config with
+    ``kind = "layer"``; :meth:`to_dict` is the canonical plain form stored in
+    ``OUT/config.json`` and hashed by :meth:`config_hash`. The methods that do not depend on
+    the kind are :class:`StudyConfig`'s.
     """
 
     models: tuple
@@ -176,6 +177,13 @@ class LayerStudyConfig(StudyBase):
     metrics: LayerMetricsConfig = field(default_factory=LayerMetricsConfig)
 
     kind = "layer"
+
+    model = StudyConfig.model
+    n_fits = StudyConfig.n_fits
+    config_hash = StudyConfig.config_hash
+    with_changes = StudyConfig.with_changes
+    from_dict = StudyConfig.__dict__["from_dict"]
+    _plain = StudyConfig._plain
 
     # -- derived -------------------------------------------------------------------------
     @property

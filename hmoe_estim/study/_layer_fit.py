@@ -2,8 +2,8 @@
 their metrics, one results record.
 
 The fit draws fresh data from the true layer with
-:func:`~hmoe_estim.layer.make_attention_regression`, fits
-:class:`~hmoe_estim.layer.AttentionLayerRegressor` (random multi-starts) and records against
+``hmoe_estim.layer.make_attention_regression``, fits
+:class:`~hmoe_estim.AttentionLayerRegressor` (random multi-starts) and records against
 the truth, on the fixed reference sample of token matrices: the layer's regression error, the
 gauge-invariant parameter errors ``‖P̂ − P*‖`` and ``‖Ĉ − C*‖`` (``C = W_V W_O``, the record's
 ``VO_error``) after head matching, the layer Voronoi loss (G1 and G2, whose channels the layer
@@ -30,7 +30,7 @@ __all__ = ["fit_layer_record", "LAYER_METRICS", "BASELINE_METRICS", "LAYER_REQUI
 #: Keys every layer record has.
 LAYER_REQUIRED_KEYS = ("model", "n", "rep", "seed", "regression_error", "P_error", "VO_error",
                        "fit_seconds", "converged")
-#: Gates of the layer Voronoi loss (:func:`hmoe_estim.layer.layer_voronoi_loss`): G2 and G1,
+#: Gates of the layer Voronoi loss (``hmoe_estim.layer.layer_voronoi_loss``): G2 and G1,
 #: whose value channels the layer identifies.
 VORONOI_GATES = ("value", "sdpa")
 #: Metrics of the per-entry baseline and of the layer's reading of the same entry: a record
@@ -58,7 +58,7 @@ def _certificate(objective, truth_objective, m):
 
 
 def _layer_metrics(fitted, truth, *, gate, activation, gate_form, rows, X_ref, r, entry):
-    """The layer metrics of ``fitted`` against ``truth`` (:mod:`hmoe_estim.layer`'s metrics)
+    """The layer metrics of ``fitted`` against ``truth`` (``hmoe_estim.layer``'s metrics)
     on the reference token matrices ``X_ref``."""
     from ..layer import (
         entry_voronoi_loss,

@@ -8,12 +8,12 @@ import numpy as np
 
 __all__ = ["true_layer", "layer_reference_sample", "layer_to_dict", "layer_from_dict"]
 
-#: Weights of an :class:`~hmoe_estim.layer.AttentionLayer`, in the order of its fields.
+#: Weights of an ``AttentionLayer``, in the order of its fields.
 LAYER_FIELDS = ("W_Q", "W_K", "P", "W_V", "W_O", "W_theta", "intercept")
 
 
 def true_layer(config):
-    """The study's true layer: :func:`~hmoe_estim.layer.random_attention_layer` of
+    """The study's true layer: ``hmoe_estim.layer.random_attention_layer`` of
     ``config.truth``."""
     from ..layer import random_attention_layer
 
@@ -38,7 +38,7 @@ def layer_to_dict(layer):
 
 
 def layer_from_dict(d):
-    """The :class:`~hmoe_estim.layer.AttentionLayer` of :func:`layer_to_dict`'s output."""
+    """The ``AttentionLayer`` of :func:`layer_to_dict`'s output."""
     from ..layer import AttentionLayer
 
     return AttentionLayer(**{k: np.asarray(v, dtype=np.float64) for k, v in d.items()

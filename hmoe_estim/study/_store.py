@@ -130,7 +130,7 @@ def make_out(out):
 
 def prepare_out(out, config):
     """Create or check ``OUT`` for ``config``; return ``G*`` (the true
-    :class:`~hmoe_estim.layer.AttentionLayer` of a layer study).
+    ``AttentionLayer`` of a layer study).
 
     Writes ``config.json`` and ``truth.json`` for a new study. For an existing one, refuses a
     different config (listing the differing keys); a config that differs only in its
@@ -229,7 +229,7 @@ _TRUTH_CHANGED = (
 
 def _layer_truth_file(truth_path, config):
     """``truth.json`` of a layer study: written once, then checked against the config's
-    truth; returns the true :class:`~hmoe_estim.layer.AttentionLayer`."""
+    truth; returns the true ``AttentionLayer``."""
     from ._layer_plan import layer_from_dict, layer_to_dict, same_layer, true_layer, truth_source
 
     truth = true_layer(config)
