@@ -399,8 +399,8 @@ def _check_models(models, truth, fit):
 def _check_sizes(config):
     """The smallest ``n`` must give at least as many residuals as parameters, in the layer and
     in the baseline; the largest must fit the data limit."""
+    from ..estimators import MAX_FIT_BYTES
     from ..layer import LayerLayout
-    from ..layer._data import MAX_DATA_DOUBLES
     from ..model import n_params
 
     t, f, data, grid = config.truth, config.fit, config.data, config.grid
@@ -422,11 +422,12 @@ def _check_sizes(config):
                 f"per-entry baseline (H={t.n_heads}, N={data.n_tokens}, "
                 f"K={config.baseline.n_experts}, D={data.n_tokens * t.d}). Raise the smallest "
                 "n of [grid], or set baseline.enabled = false.")
-    doubles = grid.n[-1] * data.n_tokens * (t.d + config.fitted_rows * t.d_out)
-    if doubles > MAX_DATA_DOUBLES:
+    need = 8 * grid.n[-1] * data.n_tokens * (t.d + config.fitted_rows * t.d_out)
+    if need > MAX_FIT_BYTES:
         raise ConfigError(
-            f"the largest sample size {grid.n[-1]} needs {doubles} doubles of data, more than "
-            f"{MAX_DATA_DOUBLES}: use smaller sample sizes or fewer tokens.")
+            f"the data of the largest sample size {grid.n[-1]} alone would need "
+            f"{need / 2**30:.1f} GiB (limit {MAX_FIT_BYTES / 2**30:.0f} GiB). Use smaller "
+            "sample sizes or fewer tokens.")
 
 
 def layer_from_dict(d):

@@ -21,7 +21,7 @@ import warnings
 import numpy as np
 
 from ._fit import record_head
-from ._layer_plan import layer_reference_sample, layer_to_dict
+from ._layer_plan import entry_measure_of, layer_reference_sample, layer_to_dict
 from ._seeds import _child_seeds
 
 __all__ = ["fit_layer_record", "LAYER_METRICS", "BASELINE_METRICS", "LAYER_REQUIRED_KEYS",
@@ -106,7 +106,6 @@ def _timed_fit(est, X, Y):
 def _baseline(config, truth, model, X, Y, seed, X_ref, r):
     """Fit the per-entry HMoE on the baseline entry of ``(X, Y)``; its record fields."""
     from ..estimators import HMoERegressor
-    from ..layer._metrics import _entry_measure
     from ..metrics import expert_error, regression_error, voronoi_loss
     from ..model import regression_function
 
@@ -114,7 +113,7 @@ def _baseline(config, truth, model, X, Y, seed, X_ref, r):
     row, column = config.baseline_row, b.column
     y = Y[:, column] if Y.ndim == 2 else Y[:, row, column]
     Xf = X.reshape(n, -1)
-    G_true = _entry_measure(truth, N, row, column)
+    G_true = entry_measure_of(truth, N, row, column)
     est = HMoERegressor(
         n_heads=config.truth.n_heads, n_tokens=N, n_experts=b.n_experts, gate=model.gate,
         activation=model.activation, solver=b.solver, n_starts=b.n_starts,

@@ -80,7 +80,7 @@ def layer_study_verdicts(config, truth=None):
     dict
         ``{model name: verdict record}`` with the keys of :func:`study_verdicts`' records.
     """
-    from ._layer_plan import true_layer
+    from ._layer_plan import entry_measure_of, true_layer
 
     if truth is None:
         truth = true_layer(config)
@@ -102,10 +102,8 @@ def layer_study_verdicts(config, truth=None):
             rec.setdefault("near_alternatives", [])
             rec.setdefault("obstructions", [])
         if config.has_baseline(m):
-            from ..layer._metrics import _entry_measure
-
             N = config.data.n_tokens
-            G = _entry_measure(truth, N, config.baseline_row, config.baseline.column)
+            G = entry_measure_of(truth, N, config.baseline_row, config.baseline.column)
             brec = entry_verdict(G, m.gate, m.activation, n_experts=config.baseline.n_experts,
                                  n_heads=config.truth.n_heads, n_tokens=N,
                                  noise=config.data.noise)
