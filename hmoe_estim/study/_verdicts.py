@@ -26,6 +26,7 @@ def entry_verdict(truth, gate, activation, *, n_experts, n_heads, n_tokens, nois
     the noise and the samples that resolve each near-alternative, and the measure-level report
     for a gate with that reading."""
     # (imported here: the metrics load Numba, which reading a study does not need)
+    from ..kernels import single_thread_blas
     from ..metrics import (
         MEASURE_GATES,
         identifiability_report,
@@ -35,14 +36,16 @@ def entry_verdict(truth, gate, activation, *, n_experts, n_heads, n_tokens, nois
 
     kw = dict(gate=gate, activation=activation, n_experts=n_experts, n_heads=n_heads,
               n_tokens=n_tokens)
-    rep = identifiability_report(truth, **kw)
+    with single_thread_blas():  # small SVDs: a threaded BLAS only spins on a busy machine
+        rep = identifiability_report(truth, **kw)
     rec = rep.to_dict()
     rec["label"] = verdict_label(rec)
     for a, alt in zip(rec["near_alternatives"], rep.near_alternatives):
         a["noise"] = noise
         a["n_to_resolve"] = alt.samples_to_resolve(noise) if noise > 0 else None
     if gate in MEASURE_GATES:
-        mrec = identifiability_report(truth, level="measure", **kw).to_dict()
+        with single_thread_blas():
+            mrec = identifiability_report(truth, level="measure", **kw).to_dict()
         mrec["label"] = measure_verdict_label(mrec)
         rec["measure_level"] = mrec
     return rec
