@@ -4,6 +4,7 @@ A study (docs: Theory to code, "The experiment template") fits every model on fr
 one true measure ``G*``, for every sample size of a grid and a number of replications. Its TOML
 file has these parts (every key optional unless marked; unknown keys are an error)::
 
+    kind = "entry"                 # the default; "layer": a layer study (_layer_config.py)
     name = "my-study"              # label
     description = ""
     seed = 0                       # master seed: every fit's seed derives from it
