@@ -1,14 +1,14 @@
 """Time of one Gauss–Newton pass of the layer fit (``kernels.layer_sums``), two checkouts side by
 side in one run.
 
-Each checkout (``--old``, default the main worktree; ``--new``, default this checkout) runs in
-a fresh process on the same data (``n`` token matrices, H heads, N tokens, d = d_v = d_out,
-the value gate) with 1 and 2 Numba threads; the pass is timed after a compiling call, best of
-``--repeat``. The new checkout also times the variable projection's reduced pass
+Each checkout (``--old``, e.g. ``git worktree add /tmp/old <commit>``; ``--new``, default this
+checkout) runs in a fresh process on the same data (``n`` token matrices, H heads, N tokens, d =
+d_v = d_out, the value gate) with 1 and 2 Numba threads; the pass is timed after a compiling
+call, best of ``--repeat``. The new checkout also times the variable projection's reduced pass
 (``VarProLayerProblem.passes().sums``: head outputs, the ``W_O`` solve, the full sums and the
 Schur complement).
 
-    python benchmarks/bench_layer_sums.py [--n 10000] [--old /work/main] [--repeat 5]
+    python benchmarks/bench_layer_sums.py --old /tmp/old [--n 10000] [--repeat 5]
 """
 
 import argparse
@@ -80,7 +80,8 @@ def main():
     ap.add_argument("--d", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--old", default="/work/main")
+    ap.add_argument("--old", required=True,
+                    help="the checkout to compare with (e.g. git worktree add /tmp/old HEAD~3)")
     ap.add_argument("--new", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     a = ap.parse_args()
     argv = (a.n, a.heads, a.tokens, a.d, a.repeat)

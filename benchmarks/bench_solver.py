@@ -66,7 +66,7 @@ Usage::
     python benchmarks/bench_solver.py --methods lm --threads 1 \
         --json benchmarks/results/solver_suite.json               # the full design, lm only
     python benchmarks/bench_solver.py --seeds 1 --n 1000 --large-seeds 0 --threads 1 \
-        --json benchmarks/results/solver_suite_compare.json       # 3 methods, 1 truth/shape
+        --json compare.json                  # 3 methods, 1 truth/shape
     python benchmarks/bench_solver.py --suite preset --n 10000,100000 --reps 8 --json OUT
     python benchmarks/bench_solver.py --suite wide --threads 1 --json wide.json  # 384 fits
     python benchmarks/bench_solver.py --suite wide --shard 0/2 --threads 1 --json w0.json

@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.model_selection import cross_validate
+from sklearn.model_selection import GridSearchCV, cross_validate
 
 from hmoe_estim.attention import attention_to_measure
 from hmoe_estim.layer import (
@@ -412,6 +412,16 @@ def test_align_layer_recovers_the_truths_weights():
     al = align_layer(moved, true, gate="none")
     np.testing.assert_allclose(al.W_V, true.W_V, atol=1e-10)
     np.testing.assert_allclose(al.W_O, true.W_O, atol=1e-10)
+    # headwise multiplicative gate: GL too, the function unchanged
+    true_hw = _layer(19, H=1, d=3, dv=2, gate_form="multiplicative")
+    B = np.array([[2.0, 1.0], [0.5, -1.0]])
+    moved = AttentionLayer(W_Q=true_hw.W_Q, W_K=true_hw.W_K, W_V=true_hw.W_V @ B,
+                           W_O=np.linalg.inv(B) @ true_hw.W_O, W_theta=true_hw.W_theta)
+    al = align_layer(moved, true_hw, gate="sdpa")
+    np.testing.assert_allclose(al.W_V, true_hw.W_V, atol=1e-10)
+    np.testing.assert_allclose(al.W_O, true_hw.W_O, atol=1e-10)
+    np.testing.assert_allclose(attention_layer_output(X, al, gate="sdpa"),
+                               attention_layer_output(X, moved, gate="sdpa"), atol=1e-12)
     # G1 with tanh: channel permutation and signs
     moved = _relabel(true, heads=[1, 0], channels=[1, 0], signs=[-1, 1])
     al = align_layer(moved, true, gate="sdpa", activation="tanh")
@@ -455,6 +465,11 @@ def test_scorers_in_cross_validate():
     assert res["test_vor"][0] == -layer_voronoi_loss(fitted, true, n_ref=32)
     assert scoring["entry"].name == "entry_voronoi_loss_aligned (uses the truth)"
     assert pickle.loads(pickle.dumps(scoring["vor"]))(fitted) == res["test_vor"][0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        search = GridSearchCV(est, {"max_iter": [5, 15]}, cv=2, scoring=scoring["VO"],
+                              refit=False).fit(X, Y)
+    assert np.all(search.cv_results_["mean_test_score"] <= 0)
     # the estimator's own names are used; a contradicting one is refused
     with pytest.raises(ValueError, match="fitted with gate='sdpa'"):
         layer_voronoi_loss(fitted, true, gate="value", n_ref=8)

@@ -540,3 +540,7 @@ def test_noiseless_rounds_agree_at_the_rounding_level():
     found = search.run(problem, make_draw(problem, seed=0))
     assert min(r.objective for r in found.results) < 1e-20
     assert found.stop == "agreement" and found.rounds == 2 and found.rounds_agreeing == 2
+    # the starts that reached the rounding level agree too (no count of 1 beside 2 rounds)
+    floor = 1e-26 * float(np.mean(problem.y ** 2))
+    at_floor = sum(r.objective <= floor for r in found.results)
+    assert found.starts_agreeing >= max(at_floor, found.rounds_agreeing)

@@ -43,7 +43,7 @@ from ..model import (
     random_start_theta,
     unpack,
 )
-from ..solvers import Problem, count_agreeing, make_search
+from ..solvers import Problem, make_search
 from . import _guards
 from ._warnings import PoorFitWarning, diagnose_fit
 
@@ -144,8 +144,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         search, round after round (``n_finished = n_starts · search_rounds_``).
     n_starts_agreeing_ : int
         How many of those starts ended within ``1 · σ̂²/n`` of the best objective
-        (``σ̂²`` = the best objective, an estimate of the noise variance; ``n`` = samples):
-        the optimum was found that many times. Starts of one round come from one race and
+        (``σ̂²`` = the best objective, an estimate of the noise variance; ``n`` = samples),
+        or at the rounding level of the targets (a noiseless fit): the optimum was found
+        that many times. Starts of one round come from one race and
         are not independent: see ``n_rounds_agreeing_``.
     n_rounds_agreeing_ : int
         How many rounds of the search — independent races from fresh candidates — reached
@@ -444,7 +445,7 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
             self.theta_[P0] = self.intercept_
         self.objective_ = float(objectives[best])
         self.start_objectives_ = objectives
-        self.n_starts_agreeing_ = count_agreeing(objectives, n)
+        self.n_starts_agreeing_ = int(found.starts_agreeing)
         self.n_kernel_passes_ = int(found.n_passes)
         self.start_n_iter_ = np.array([r.n_iter for r in results])
         self.start_converged_ = np.array([r.converged for r in results])

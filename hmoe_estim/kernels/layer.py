@@ -41,8 +41,9 @@ with ``P (H·d·d)`` in place of ``W_Q, W_K`` for full Q/K. The outputs of one s
 rows ``i`` of ``f`` (all ``N`` rows, or the last one) flattened row-major: ``(i, c)`` is
 entry ``(i − i0)·d_out + c``.
 
-:func:`layer_sums` accumulates ``JᵀJ`` (upper triangle; per output column, four Jacobian rows
-at a time, skipping the other columns' zero ``W_O`` entries),
+:func:`layer_sums` accumulates ``JᵀJ`` (upper triangle; four Jacobian rows per update, of
+one output column where a sample has three rows or more, skipping the other columns' zero
+``W_O`` entries),
 ``Jᵀr``, ``Σ r²``, ``Σ J`` and ``Σ r`` in chunks of samples (:func:`layer_chunks`: their
 number depends only on ``n`` and ``P``), on Numba's threads, and adds the chunks in order: the
 result does not depend on the thread count. :func:`layer_heads` returns the head outputs
@@ -366,8 +367,8 @@ def _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, q0, q1):
 
 @njit(cache=True, error_model="numpy")
 def _group(J, rows, nr, r, P, oO, oT, dout, c, A, Jr, colsum):
-    """Add rows ``rows[:nr]`` (``nr <= 4``, all of output column ``c``; residuals ``r``) of
-    ``J`` to ``A`` (upper triangle), ``Jr`` and ``colsum``.
+    """Add rows ``rows[:nr]`` (``nr <= 4``, all of output column ``c``, or of any columns when
+    ``c < 0``; residuals ``r``) of ``J`` to ``A`` (upper triangle), ``Jr`` and ``colsum``.
 
     Rows of one column ``c`` are zero on the ``W_O`` columns of the other output columns:
     those are skipped as ``p`` (all four entries zero) and as ``q`` (only the ``W_O`` entries
@@ -393,6 +394,9 @@ def _group(J, rows, nr, r, P, oO, oT, dout, c, A, Jr, colsum):
         Jr[p] += a0 * r0 + a1 * r1 + a2 * r2 + a3 * r3
         colsum[p] += a0 + a1 + a2 + a3
         Ap = A[p]
+        if c < 0:  # rows of several output columns: every q
+            _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, p, P)
+            continue
         if p < oO:
             _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, p, oO)
         k0 = 0 if p < oO else (p - oO) // dout
@@ -408,7 +412,22 @@ def _group(J, rows, nr, r, P, oO, oT, dout, c, A, Jr, colsum):
 def _accumulate(J, f, y, y0, offset, R, dout, P, oO, oT, A, Jr, colsum, tot, rows, r):
     """Add the ``R·d_out`` rows of one sample's ``J`` (residuals ``f + offset − y[y0:]``) to
     ``A`` (upper triangle), ``Jr`` and ``colsum``; ``tot[0] += Σ r²``, ``tot[1] += Σ r``.
-    Output column by output column, four rows (tokens) at a time (:func:`_group`)."""
+    With three rows (tokens) or more, output column by output column, four rows at a time
+    (:func:`_group`); with fewer (e.g. the last row only), four consecutive rows at a time."""
+    if R < 3:
+        w = R * dout
+        row = 0
+        while row < w:
+            nr = min(4, w - row)
+            for t in range(nr):
+                rows[t] = row + t
+                rt = f[row + t] + offset - y[y0 + row + t]
+                r[t] = rt
+                tot[0] += rt * rt
+                tot[1] += rt
+            _group(J, rows, nr, r, P, oO, oT, dout, -1, A, Jr, colsum)
+            row += nr
+        return
     for c in range(dout):
         a = 0
         while a < R:

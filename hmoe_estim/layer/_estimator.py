@@ -39,7 +39,7 @@ __all__ = ["AttentionLayerRegressor", "LAYER_SEARCH"]
 
 #: The knobs of the layer's default search (``n_candidates`` per start; see the class
 #: docstring for why).
-LAYER_SEARCH = dict(candidates_per_start=32, race_iter=10, race_samples=256, rounds=4, agree=2)
+LAYER_SEARCH = dict(candidates_per_start=8, race_iter=10, race_samples=256, rounds=4, agree=2)
 
 #: Default starts per round of the layer's search.
 LAYER_N_STARTS = 4
@@ -109,11 +109,12 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     -----
     **The search.** The layer's default search is a :class:`~hmoe_estim.solvers.Search` with
     every knob given (its ``"auto"`` table is tuned for the per-entry models):
-    ``n_candidates = 32·n_starts`` random starts raced for ``race_iter = 10``
+    ``n_candidates = 8·n_starts`` random starts raced for ``race_iter = 10``
     Levenberg–Marquardt iterations on ``race_samples = 256`` token matrices (each holds
     ``N·d_out`` residuals, so 256 of them already pin a small layer down while a race step
-    stays cheap), the ``n_starts`` best run to convergence on all the data; up to
-    ``rounds = 4`` rounds, stopping once ``agree = 2`` independent rounds reach the best
+    stays cheap; more candidates found no better optimum on the layer benchmark's shapes and
+    cost up to four times the time), the ``n_starts`` best run to convergence on all the
+    data; up to ``rounds = 4`` rounds, stopping once ``agree = 2`` independent rounds reach the best
     objective (within ``σ̂²/m``); no moves (the moves of the search redraw or reassign the
     experts of one entry's measure, which a layer does not have); ``signed=False`` (``W_O``
     is signed already). Starts are ``hmoe_estim.layer.random_attention_layer`` draws
@@ -583,6 +584,20 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
                                       activation=self.activation, gate_form=self.gate_form,
                                       rows=self.rows)
 
+    def to_torch(self, *, mha=False, dtype=None):
+        """The fitted layer as a PyTorch module whose forward pass on ``X`` is
+        :meth:`predict` (optional extra ``torch``).
+
+        :func:`hmoe_estim.layer.layer_to_torch` of ``layer_`` with the estimator's gate,
+        activation, gate form and rows; ``mha=True`` gives a ``torch.nn.MultiheadAttention``
+        where it can hold the fit (ungated, factored Q/K, ``d_out = d``, ``H·d_v = d``).
+        """
+        from ._torch import layer_to_torch
+
+        check_is_fitted(self, "layer_")
+        return layer_to_torch(self.layer_, gate=self.gate, activation=self.activation,
+                              gate_form=self.gate_form, rows=self.rows, mha=mha, dtype=dtype)
+
     def score(self, X, Y, sample_weight=None):
         """``r2_score`` of the predictions, the outputs flattened to ``(n, R·d_out)``: the
         mean over output entries of each entry's R² (scikit-learn's ``uniform_average``)."""
@@ -623,9 +638,6 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
             ``vec(X)``, so an entry is no HMoE) or ``gate_form="multiplicative"`` (its gate
             has weights of its own); ``row`` or ``column`` out of range.
         """
-        from ..attention import attention_to_measure
-        from ..model import MixingMeasure
-
         check_is_fitted(self, "layer_")
         if self.gate not in _MEASURE_GATES or self.gate_form != "activation":
             raise ValueError(
@@ -637,25 +649,7 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) \
                     or not 0 <= v < top:
                 raise ValueError(f"{name} must be an integer in [0, {top}); got {v!r}.")
-        H, d, dv = lay.n_heads, lay.d, lay.head_dim
-        # attention_to_measure reads the weights omega = W_O[:, :, column] of a d×d layer:
-        # the fitted column goes to column 0 of a (H, d_v, d) W_O
-        W_O = np.zeros((H, dv, d))
-        W_O[:, :, 0] = lay.W_O[:, :, column]
-        if lay.qk == "factored":
-            return attention_to_measure(lay.W_Q, lay.W_K, lay.W_V, W_O, n_tokens=N, row=row,
-                                        column=0)
-        # full scores: the measure's experts and weights from any W_Q, W_K, its gate
-        # matrices from P (J_rowᵀ P_h J_j, symmetrised, as attention_to_measure builds them)
-        zero = np.zeros((H, d, dv))
-        G = attention_to_measure(zero, zero, lay.W_V, W_O, n_tokens=N, row=row, column=0)
-        D = N * d
-        M = np.zeros((H, N, D, D))
-        rs = slice(row * d, (row + 1) * d)
-        for j in range(N):
-            M[:, j, rs, j * d:(j + 1) * d] = lay.P
-        M = 0.5 * (M + np.swapaxes(M, 2, 3))
-        return MixingMeasure(G.omega, M, G.a).normalized()
+        return lay.entry_measure(row, column, n_tokens=N)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -345,6 +345,20 @@ def layer_parameter_errors(layer, true_layer, *, heads=None):
     ValueError
         Layers of another ``H``, ``d`` or ``d_out``; ``heads`` not a permutation of
         ``range(H)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from hmoe_estim.layer import (AttentionLayer, layer_parameter_errors,
+    ...                               random_attention_layer)
+    >>> truth = random_attention_layer(2, 3, 2, random_state=0)
+    >>> B = np.array([[2.0, 1.0], [0.0, 1.0]])      # a V/O gauge of head 0
+    >>> W_V, W_O = truth.W_V.copy(), truth.W_O.copy()
+    >>> W_V[0], W_O[0] = W_V[0] @ B, np.linalg.inv(B) @ W_O[0]
+    >>> moved = AttentionLayer(W_V=W_V[::-1], W_O=W_O[::-1], P=truth.P_[::-1])
+    >>> res = layer_parameter_errors(moved, truth)
+    >>> res.heads.tolist(), bool(res.P_error < 1e-12 and res.VO_error < 1e-12)
+    ([1, 0], True)
     """
     fit, _ = _as_layer(layer, "layer")
     true = _truth(true_layer)
@@ -370,30 +384,6 @@ def layer_parameter_errors(layer, true_layer, *, heads=None):
         VO_relative_error=float(_ratio(VO_error, np.sqrt(np.sum(nC ** 2)))),
         P_errors=P_errors, VO_errors=VO_errors,
         P_relative_errors=_ratio(P_errors, nP), VO_relative_errors=_ratio(VO_errors, nC))
-
-
-# -- entry measures -----------------------------------------------------------------------
-def _entry_measure(layer, N, row, column):
-    """The mixing measure of output entry ``(row, column)`` of ``layer`` on ``N`` tokens
-    (:func:`hmoe_estim.attention.attention_to_measure`; ``P`` itself with full Q/K)."""
-    from ..attention import attention_to_measure
-    from ..model import MixingMeasure
-
-    H, d, dv = layer.n_heads, layer.d, layer.head_dim
-    W_O = np.zeros((H, dv, d))  # the column goes to column 0 of a d×d layer's W_O
-    W_O[:, :, 0] = layer.W_O[:, :, column]
-    if layer.qk == "factored":
-        return attention_to_measure(layer.W_Q, layer.W_K, layer.W_V, W_O, n_tokens=N, row=row,
-                                    column=0)
-    zero = np.zeros((H, d, dv))
-    G = attention_to_measure(zero, zero, layer.W_V, W_O, n_tokens=N, row=row, column=0)
-    D = N * d
-    M = np.zeros((H, N, D, D))
-    rs = slice(row * d, (row + 1) * d)
-    for j in range(N):
-        M[:, j, rs, j * d:(j + 1) * d] = layer.P
-    M = 0.5 * (M + np.swapaxes(M, 2, 3))
-    return MixingMeasure(G.omega, M, G.a).normalized()
 
 
 # -- layer Voronoi loss -------------------------------------------------------------------
@@ -497,7 +487,8 @@ def layer_voronoi_loss(layer, true_layer, *, gate=None, activation=None, r=None,
       ``min_π Σ_j ‖ΔM_j‖_F^e + ‖Δa_j‖^e`` between the atoms the two channels induce on the
       output entry of row ``i`` (``M_j = J_iᵀ P_h J_j`` symmetrised and normalised,
       ``a_j = J_jᵀ W_V,h[:, k]``, :func:`~hmoe_estim.attention.attention_to_measure`), so it
-      is a function of ``(P̂_h' − P*_h, ŵ − w*)``, 0 exactly when both vanish;
+      is a function of ``(P̂_h', ŵ; P*_h, w*)``, 0 when ``P̂_h' = P*_h`` and ``ŵ = w*``
+      (and, for ``N >= 2`` and ``w* ≠ 0``, only then);
     - **loss** ``L_i = Σ_{h,k} ‖Σ_{V_i[h,k]} s ô_{h',k'} − o*_{h,k}‖₂
       + Σ_{h,k} Σ_{V_i[h,k]} ‖ô_{h',k'}‖₂ c_i(h',k'; h,k)`` with ``e = r`` (``L_{1,r}``), or
       for ``L_2`` ``e = 1`` in cells holding one fitted channel and 2 in cells holding more;
@@ -512,12 +503,16 @@ def layer_voronoi_loss(layer, true_layer, *, gate=None, activation=None, r=None,
     **Reduction to the paper's loss.** Branches, cells, signs and token matchings do not
     depend on the output column, so for ``d_out = 1`` (one column, ``o = ω`` a scalar) and the
     same reference sample, ``L_i`` *equals* ``voronoi_loss(G_i, G*_i, gate=gate,
-    activation=activation, r=r, X_ref=X.reshape(n, -1))`` where ``G_i`` and ``G*_i`` are the
-    mixing measures of output entry ``(i, 0)`` (:meth:`AttentionLayerRegressor.entry_measure`,
+    activation=activation, r=r, X_ref=X.reshape(n, -1))`` (the same ``token_matching`` and
+    ``sign_symmetry``) where ``G_i`` and ``G*_i`` are the mixing measures of output entry
+    ``(i, 0)`` (:meth:`~hmoe_estim.AttentionLayerRegressor.entry_measure`,
     :func:`~hmoe_estim.attention.attention_to_measure` with ``row=i``): one row and one column
     give the paper's loss of that entry, so ``rows="last"`` is the loss of the last entry and
     ``rows="all"`` the mean of the entries' losses. For ``d_out > 1``,
     ``max_c L_i(c) <= L_i <= Σ_c L_i(c)`` over the per-entry losses of the columns ``c``.
+
+    Cost: one token matching per fitted channel and row, on ``N`` matrices of size
+    ``(N·d)²`` (the per-entry loss's own cost); ``rows="all"`` is ``N`` times ``"last"``.
 
     Parameters
     ----------
@@ -557,6 +552,13 @@ def layer_voronoi_loss(layer, true_layer, *, gate=None, activation=None, r=None,
     ValueError
         A gate other than ``"value"``/``"sdpa"`` or a multiplicative gate (with the reason),
         layers of another ``d`` or ``d_out``, a bad ``r``, ``X``, ``rows`` or name.
+
+    Examples
+    --------
+    >>> from hmoe_estim.layer import layer_voronoi_loss, random_attention_layer
+    >>> truth = random_attention_layer(1, 2, 2, random_state=0)
+    >>> layer_voronoi_loss(truth, truth, gate="sdpa", n_tokens=3, n_ref=16)
+    0.0
     """
     fit, est = _as_layer(layer, "layer")
     true = _truth(true_layer)
@@ -628,7 +630,7 @@ def _row_loss(fit, true, B, Bs, N, row, r, signed, token_matching, gate):
     for hp in range(H):
         for kp in range(K):
             sizes[tuple(assignment[hp, kp])] += 1
-    G, Gs = _entry_measure(fit, N, row, 0), _entry_measure(true, N, row, 0)
+    G, Gs = fit.entry_measure(row, 0, n_tokens=N), true.entry_measure(row, 0, n_tokens=N)
     o, os_ = fit.W_O, true.W_O  # (H, K, d_out)
     cell_weights = np.zeros((Hs, Ks, fit.d_out))
     exponents = np.where(sizes > 0, (1 if r is None else r), 0)
@@ -847,8 +849,8 @@ def entry_voronoi_loss(layer, true_layer, row, column, *, gate=None, activation=
     column = _check_entry(column, "column", fit.d_out)
     if align:
         fit = align_layer(fit, true, gate=gate, activation=activation, gate_form=gate_form)
-    details = voronoi_loss(_entry_measure(fit, N, row, column),
-                           _entry_measure(true, N, row, column), gate=gate,
+    details = voronoi_loss(fit.entry_measure(row, column, n_tokens=N),
+                           true.entry_measure(row, column, n_tokens=N), gate=gate,
                            activation=activation, r=r, X_ref=X.reshape(n, N * d),
                            token_matching=token_matching, sign_symmetry=sign_symmetry,
                            return_details=True)
@@ -880,7 +882,7 @@ class LayerMetricScorer:
     Parameters
     ----------
     metric : str
-        One of :data:`LAYER_METRICS`: ``"regression_error"`` (:func:`layer_regression_error`),
+        One of ``LAYER_METRICS``: ``"regression_error"`` (:func:`layer_regression_error`),
         ``"P_error"``, ``"VO_error"``, ``"P_relative_error"``, ``"VO_relative_error"``
         (:func:`layer_parameter_errors`), ``"voronoi_loss"`` (:func:`layer_voronoi_loss`),
         ``"entry_voronoi_loss"`` (:func:`entry_voronoi_loss`; give ``row`` and ``column``).

@@ -15,7 +15,7 @@ An :class:`AttentionLayer` holds, for ``H`` heads of width ``d_v`` on tokens of 
 - optionally an intercept ``b`` of shape ``(d_out,)``, added to every row.
 
 :class:`LayerLayout` packs them into one vector, in the order of
-:func:`hmoe_estim.kernels.layer_offsets`::
+``hmoe_estim.kernels.layer_offsets``::
 
     theta = [ W_Q | W_K | W_V | W_O | W_θ | b ]      (each row-major; P in place of W_Q, W_K)
 
@@ -168,6 +168,36 @@ class AttentionLayer:
         """``C_h = W_V,h W_O,h``, shape ``(H, d, d_out)``."""
         return np.einsum("hde,hec->hdc", self.W_V, self.W_O)
 
+    def entry_measure(self, row, column, *, n_tokens):
+        """The mixing measure of output entry ``(row, column)`` on ``n_tokens`` tokens (an HMoE
+        on ``vec(X)``, :func:`hmoe_estim.attention.attention_to_measure`): ``K = d_v``
+        channels, weights ``W_O[:, :, column]``, gate matrices from ``P_h`` (factored or
+        full). Only meaningful for the gates whose entries are HMoEs (none, value, sdpa,
+        output, with φ on the signal); the callers check that."""
+        from ..attention import attention_to_measure
+        from ..model import MixingMeasure
+
+        H, d, dv = self.n_heads, self.d, self.head_dim
+        # attention_to_measure reads omega = W_O[:, :, column] of a d×d layer: the column
+        # goes to column 0 of a (H, d_v, d) W_O
+        W_O = np.zeros((H, dv, d))
+        W_O[:, :, 0] = self.W_O[:, :, column]
+        if self.qk == "factored":
+            return attention_to_measure(self.W_Q, self.W_K, self.W_V, W_O, n_tokens=n_tokens,
+                                        row=row, column=0)
+        # full scores: experts and weights from any W_Q, W_K, the gate matrices from P
+        # (J_rowᵀ P_h J_j, symmetrised, as attention_to_measure builds them)
+        zero = np.zeros((H, d, dv))
+        G = attention_to_measure(zero, zero, self.W_V, W_O, n_tokens=n_tokens, row=row,
+                                 column=0)
+        D = n_tokens * d
+        M = np.zeros((H, n_tokens, D, D))
+        rs = slice(row * d, (row + 1) * d)
+        for j in range(n_tokens):
+            M[:, j, rs, j * d:(j + 1) * d] = self.P
+        M = 0.5 * (M + np.swapaxes(M, 2, 3))
+        return MixingMeasure(G.omega, M, G.a).normalized()
+
     @property
     def layout(self):
         """The :class:`LayerLayout` of this layer."""
@@ -206,7 +236,7 @@ class LayerLayout:
         return {None: 0, "headwise": 1, "elementwise": 2}[self.granularity]
 
     def offsets(self):
-        """``(oK, oV, oO, oT, oB, P)`` of :func:`hmoe_estim.kernels.layer_offsets`."""
+        """``(oK, oV, oO, oT, oB, P)`` of ``hmoe_estim.kernels.layer_offsets``."""
         from ..kernels import layer_offsets
 
         f = getattr(layer_offsets, "py_func", layer_offsets)
@@ -253,8 +283,8 @@ class LayerLayout:
         return AttentionLayer(**kw)
 
     def kernel_args(self, gate, activation, rows):
-        """The trailing arguments of :func:`hmoe_estim.kernels.layer_values` (and of
-        :class:`~hmoe_estim.kernels.LayerPasses`) for this layout, gate, activation and rows."""
+        """The trailing arguments of ``hmoe_estim.kernels.layer_values`` (and of
+        ``hmoe_estim.kernels.LayerPasses``) for this layout, gate, activation and rows."""
         from .._names import ACTIVATION_CODES, LAYER_GATE_CODES
 
         return (self.n_heads, self.head_dim, self.d_out, self.qk == "full",

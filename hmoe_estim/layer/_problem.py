@@ -147,7 +147,7 @@ class LayerProblem:
     # -- kernels -------------------------------------------------------------------------
     def passes(self):
         """The kernel passes of a Levenberg–Marquardt iteration on this data
-        (:class:`hmoe_estim.kernels.LayerPasses`)."""
+        (``hmoe_estim.kernels.LayerPasses``)."""
         from ..kernels import LayerPasses
 
         passes = LayerPasses(self.X, self.y, self.kernel_args())

@@ -60,7 +60,9 @@ class SearchResult:
     ``"rounds"``, or ``"budget"``: the time budget left out a round or a move); ``dropped``:
     reason → number of candidates or moves left out because they gave non-finite values;
     ``schedule``: the resolved settings; ``rounds_agreeing``: rounds whose best start reached
-    the best objective; ``cost``: where the work went, ``{phase: {"passes": p, "seconds": s}}``
+    the best objective; ``starts_agreeing``: finished starts that did (both within
+    ``σ̂²/n`` in residuals, or at the rounding level of a noiseless fit); ``cost``: where the
+    work went, ``{phase: {"passes": p, "seconds": s}}``
     with phases ``"race"`` (the candidates on the race's samples), ``"converge"`` (the kept
     starts on all the data) and one per move class (its proposals, races and convergence);
     passes are in passes over the full data and add up to ``n_passes``. (The signed search is
@@ -75,6 +77,7 @@ class SearchResult:
     schedule: object
     dropped: dict = field(default_factory=dict)
     rounds_agreeing: int = 0
+    starts_agreeing: int = 0
     cost: dict = field(default_factory=dict)
 
     @property
@@ -386,6 +389,9 @@ class _Run:
                             move_rounds=improved, stop=stop, schedule=s, dropped=self.dropped,
                             rounds_agreeing=count_agreeing(round_best, self.n_res, AGREE_TOL,
                                                            self.floor),
+                            starts_agreeing=count_agreeing(
+                                [x.objective for x in results], self.n_res, AGREE_TOL,
+                                self.floor),
                             cost=self.cost)
 
 
