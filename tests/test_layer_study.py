@@ -163,10 +163,9 @@ def test_rates_verdicts_and_figure(done_study, capsys):
             assert "slope" in per[metric], (model, metric)
         assert per["certificate"]["checked"] == 4
         ident = per["identifiability"]
-        assert ident["label"]  # the layer's verdict, or "identifiability not assessed: <why>"
-        if ident["verdict"] == "unknown":
-            assert ident["label"].startswith("identifiability not assessed: ")
-        assert "reading" in per["P_error"] and "reading" in per["baseline_voronoi_loss"]
+        assert ident["verdict"] == "identifiable up to the gauges"  # the layer report's
+        assert per["P_error"]["reading"] == "rate" and per["VO_error"]["reading"] == "rate"
+        assert "reading" in per["baseline_voronoi_loss"]
         assert ident["baseline_entry"]["label"].startswith("per-entry baseline: ")
     # the per-entry verdicts of the truth's entry measure: MHA's is the fibre of b = Σ ω a
     assert rates["none"]["identifiability"]["baseline_entry"]["verdict"] == "not identifiable"
@@ -182,6 +181,18 @@ def test_rates_verdicts_and_figure(done_study, capsys):
     assert "median fit s" in text and "baseline fit s" in text
     assert "certificate of the per-entry baseline fits" in text
     assert main(["claims", str(out)]) == 2  # the paper's claims are about entry studies
+
+
+def test_verdict_not_assessed_is_explicit(monkeypatch):
+    """Without the layer identifiability report the verdict says so, with the reason."""
+    import hmoe_estim.layer
+    from hmoe_estim.study._verdicts import layer_study_verdicts
+
+    monkeypatch.delattr(hmoe_estim.layer, "layer_identifiability_report")
+    for rec in layer_study_verdicts(tiny(models=["value"])).values():
+        assert rec["verdict"] == "unknown"
+        assert rec["label"].startswith("identifiability not assessed: ")
+        assert rec["baseline_entry"]["label"].startswith("per-entry baseline: ")
 
 
 def test_other_config_in_same_out_is_refused(done_study):

@@ -21,7 +21,7 @@ import warnings
 import numpy as np
 
 from ._fit import record_head
-from ._layer_plan import entry_measure_of, layer_reference_sample, layer_to_dict
+from ._layer_plan import layer_reference_sample, layer_to_dict
 from ._seeds import _child_seeds
 
 __all__ = ["fit_layer_record", "LAYER_METRICS", "BASELINE_METRICS", "LAYER_REQUIRED_KEYS",
@@ -113,7 +113,7 @@ def _baseline(config, truth, model, X, Y, seed, X_ref, r):
     row, column = config.baseline_row, b.column
     y = Y[:, column] if Y.ndim == 2 else Y[:, row, column]
     Xf = X.reshape(n, -1)
-    G_true = entry_measure_of(truth, N, row, column)
+    G_true = truth.entry_measure(row, column, n_tokens=N)
     est = HMoERegressor(
         n_heads=config.truth.n_heads, n_tokens=N, n_experts=b.n_experts, gate=model.gate,
         activation=model.activation, solver=b.solver, n_starts=b.n_starts,

@@ -1,13 +1,12 @@
-"""What a layer study fits: the true layer, the reference sample of token matrices, the plain
-(JSON) form of a layer's weights, and the measure of one of its entries.
+"""What a layer study fits: the true layer, the reference sample of token matrices, and the
+plain (JSON) form of a layer's weights.
 """
 
 import functools
 
 import numpy as np
 
-__all__ = ["true_layer", "layer_reference_sample", "layer_to_dict", "layer_from_dict",
-           "entry_measure_of"]
+__all__ = ["true_layer", "layer_reference_sample", "layer_to_dict", "layer_from_dict"]
 
 #: Weights of an ``AttentionLayer``, in the order of its fields.
 LAYER_FIELDS = ("W_Q", "W_K", "P", "W_V", "W_O", "W_theta", "intercept")
@@ -70,15 +69,3 @@ def layer_reference_sample(config):
     ``(N, d)`` from the data's token distribution."""
     return _reference_tokens(config.metrics.n_ref, config.data.n_tokens, config.truth.d,
                              config.data.tokens, config.metrics.ref_seed)
-
-
-def entry_measure_of(layer, n_tokens, row, column):
-    """The mixing measure of output entry ``(row, column)`` of ``layer`` on ``n_tokens``
-    tokens (an HMoE on ``vec(X)``): ``AttentionLayerRegressor.entry_measure`` of a regressor
-    holding ``layer``."""
-    from ..layer import AttentionLayerRegressor
-
-    holder = AttentionLayerRegressor(n_heads=layer.n_heads, head_dim=layer.head_dim,
-                                     qk=layer.qk)
-    holder.layer_, holder.n_tokens_ = layer, int(n_tokens)
-    return holder.entry_measure(int(row), int(column))

@@ -83,7 +83,7 @@ def layer_study_verdicts(config, truth=None):
     dict
         ``{model name: verdict record}`` with the keys of :func:`study_verdicts`' records.
     """
-    from ._layer_plan import entry_measure_of, true_layer
+    from ._layer_plan import true_layer
 
     if truth is None:
         truth = true_layer(config)
@@ -97,16 +97,20 @@ def layer_study_verdicts(config, truth=None):
             rec = _not_assessed("this installation has no layer identifiability report "
                                 "(hmoe_estim.layer.layer_identifiability_report)")
         else:
-            rec = layer_identifiability_report(
-                truth, gate=m.gate, activation=m.activation, gate_form=config.truth.gate_form,
-                qk=config.fit.qk, n_tokens=config.data.n_tokens, head_dim=config.fit.head_dim,
-                rows=config.data.rows).to_dict()
+            from ..kernels import single_thread_blas
+
+            with single_thread_blas():
+                rec = layer_identifiability_report(
+                    truth, gate=m.gate, activation=m.activation,
+                    gate_form=config.truth.gate_form, qk=config.fit.qk,
+                    n_tokens=config.data.n_tokens, head_dim=config.fit.head_dim,
+                    rows=config.data.rows).to_dict()
             rec["label"] = layer_verdict_label(rec)
             rec.setdefault("near_alternatives", [])
             rec.setdefault("obstructions", [])
         if config.has_baseline(m):
             N = config.data.n_tokens
-            G = entry_measure_of(truth, N, config.baseline_row, config.baseline.column)
+            G = truth.entry_measure(config.baseline_row, config.baseline.column, n_tokens=N)
             brec = entry_verdict(G, m.gate, m.activation, n_experts=config.baseline.n_experts,
                                  n_heads=config.truth.n_heads, n_tokens=N,
                                  noise=config.data.noise)
