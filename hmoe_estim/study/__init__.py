@@ -10,7 +10,9 @@ folder as pandas DataFrames), ``_store`` (the output
 folder and its lock), ``_runner`` (the run loop), ``_diagnostics``, ``_rates``, ``_plotting``,
 ``_verdicts`` (the identifiability verdict of each model and the reading of its rates),
 ``_claims`` (the paper's claims against a study's rates),
-``_progress``, ``_dask`` and ``_cli``.
+``_progress``, ``_dask`` and ``_cli``. A layer study (``kind = "layer"``: a whole attention
+layer, with a per-entry fit of one entry as the baseline) has its own ``_layer_config``,
+``_layer_plan`` and ``_layer_fit``; everything else is shared.
 """
 
 from ._certificate import certificate_summary, certified_records, format_certificate
@@ -18,6 +20,7 @@ from ._claims import claim_rows, claims_table
 from ._cli import build_parser, main
 from ._config import (
     INIT_CHOICES,
+    KINDS,
     PRESETS,
     ConfigError,
     DataConfig,
@@ -34,6 +37,8 @@ from ._dask import dask_backend
 from ._diagnostics import fit_diagnostics, format_diagnostics, sort_records, write_rates
 from ._fit import run_fit
 from ._frames import StudyFrames, study_dataframes
+from ._layer_config import LayerStudyConfig
+from ._layer_plan import layer_reference_sample, true_layer
 from ._plan import near_truth_starts, plan_fits, reference_sample_for, true_measure
 from ._plotting import METRIC_TITLES, PLOT_METRICS, PlottingError, plot_learning_curves
 from ._progress import ProgressBar, format_duration
@@ -75,9 +80,10 @@ __all__ = [
     # configuration
     "StudyConfig", "ModelSpec", "TruthConfig", "DataConfig", "GridConfig", "FitConfig",
     "MetricsConfig", "ConfigError", "load_config", "load_preset", "PRESETS", "INIT_CHOICES",
+    "KINDS", "LayerStudyConfig",
     # running
     "run_study", "run_fit", "plan_fits", "fit_seed", "true_measure", "reference_sample_for",
-    "near_truth_starts", "dask_backend", "StudyError",
+    "near_truth_starts", "dask_backend", "StudyError", "true_layer", "layer_reference_sample",
     # the output folder and its results
     "prepare_out", "load_study", "CONFIG_FILE", "TRUTH_FILE", "RATES_FILE", "RUNS_FILE",
     "RESULTS_FILE", "REQUIRED_KEYS", "ResultsError", "ResultsWriter", "read_results",

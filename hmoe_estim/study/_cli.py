@@ -2,7 +2,7 @@
 
 ::
 
-    hmoe-estim reproduce [--quick | --full] [--out OUT] [--n-jobs J]
+    hmoe-estim reproduce [--quick | --full | --layer] [--out OUT] [--n-jobs J]
                          [--dask-scheduler ADDR | --dask-workers N] [--near-truth]
     hmoe-estim study CONFIG.toml [--out OUT] [--n-jobs J] [--dask-...]
     hmoe-estim rates OUT [--eps EPS] [--n-boot B] [--certified-only]
@@ -11,7 +11,9 @@
     hmoe-estim preset NAME            # print a built-in config as TOML, to copy and edit
 
 ``reproduce`` runs the built-in study, the experiment template of the documentation's "Theory to
-code" page (``--quick`` by default; ``--full`` is sized like published studies). Every run can
+code" page (``--quick`` by default; ``--full`` is sized like published studies; ``--layer`` is
+the layer study: MHA, G1 and G2 fitted as whole attention layers, with the per-entry
+baseline). Every run can
 be interrupted and resumed by running the same command again. User mistakes end with a one-line
 message on stderr and exit status 2; an interrupted run exits with 130.
 """
@@ -57,6 +59,8 @@ def _add_run_options(p):
 
 def build_parser():
     """The ``argparse`` parser of ``hmoe-estim``."""
+    from ._config import PRESETS
+
     parser = argparse.ArgumentParser(
         prog="hmoe-estim",
         description="Sample-complexity studies of (gated) attention as a hierarchical mixture "
@@ -77,6 +81,10 @@ def build_parser():
                            "(default)")
     size.add_argument("--full", dest="preset", action="store_const", const="full",
                       help="9 sample sizes x 30 replications (resumable)")
+    size.add_argument("--layer", dest="preset", action="store_const", const="layer",
+                      help="the layer study: MHA, G1, G2 fitted as whole attention layers "
+                           "(H=1, N=2, d=2, d_v=2), each with a per-entry fit of one entry "
+                           "as the baseline; a few minutes on 2 cores")
     _add_run_options(p)
 
     p = sub.add_parser("study", help="run or resume a study from a TOML config",
@@ -117,7 +125,7 @@ def build_parser():
                    help="rst: a list-table for Sphinx (default); text: for a terminal")
 
     p = sub.add_parser("preset", help="print a built-in study config as TOML")
-    p.add_argument("name", choices=["quick", "full"])
+    p.add_argument("name", choices=list(PRESETS))
     return parser
 
 
@@ -147,6 +155,11 @@ def _summarise(out, config, records, *, eps=None, n_boot=2000, plot=True, certif
 
     records = sort_records(config, records)
     print(format_certificate(certificate_summary(records), labels=_labels(config)))
+    baseline = certificate_summary(records, prefix="baseline_")
+    if any(d["checked"] for d in baseline.values()):  # a layer study's per-entry fits
+        print(format_certificate({m: d for m, d in baseline.items() if d["checked"]},
+                                 labels=_labels(config),
+                                 what="certificate of the per-entry baseline fits"))
     if certified_only:
         print("rates below use certified fits only (failures dropped)")
     print()
@@ -166,14 +179,14 @@ def _plot(out, config, records, rates, path=None, certified_only=False):
     from ._plotting import PlottingError, plot_learning_curves
 
     path = path or os.path.join(out, "learning_curves.png")
-    title = f"{config.name}: K={config.fit.n_experts} fitted, K*={config.truth.n_experts}, " \
-            f"init={config.fit.init}"
+    title = config.figure_title()
     labels = _certified_labels(config, records)
     if certified_only:
         records = certified_records(records)[0]
         title += " (certified fits only)"
     try:
-        plot_learning_curves(records, path, rates=rates, labels=labels, title=title)
+        plot_learning_curves(records, path, rates=rates, labels=labels, title=title,
+                             metrics=config.plot_panels)
     except PlottingError as exc:
         print(f"hmoe-estim: no plot: {exc}", file=sys.stderr)
         return None
@@ -187,6 +200,9 @@ def _run(args, config, default_out):
     from ._runner import run_study
     from ._store import load_study
 
+    if args.near_truth and config.kind == "layer":
+        raise UsageError("--near-truth is not available for a layer study: its fits start "
+                         "from random draws only. Drop --near-truth.")
     if args.near_truth and config.fit.init != "near-truth":
         config = config.with_changes(fit={"init": "near-truth"}, name=config.name + "-near-truth")
     for w in config.warnings():
@@ -199,8 +215,7 @@ def _run(args, config, default_out):
     print(
         f"hmoe-estim: study {config.name!r}: {len(config.models)} models x "
         f"{len(config.grid.n)} sample sizes {list(config.grid.n)} x {config.grid.reps} reps = "
-        f"{config.n_fits()} fits; K={config.fit.n_experts} ({config.specification}), "
-        f"init={config.fit.init}, {config.fit.n_starts} starts; output in {out}",
+        f"{config.n_fits()} fits; {config.plan_summary()}; output in {out}",
         file=sys.stderr,
     )
     kwargs = dict(progress=not args.no_progress, max_fits=args.max_fits)
@@ -296,6 +311,11 @@ def _claims(args):
             config = StudyConfig.from_dict(_read_json(cfg_path, CONFIG_FILE))
         except ValueError as exc:
             raise StudyError(f"{cfg_path} is unreadable: {exc}") from None
+        if config.kind == "layer":
+            raise StudyError(
+                f"{out} holds a layer study (kind = 'layer'): the paper's claims are about one "
+                "output entry, so `claims` reads entry studies only. Read the layer study's "
+                f"rates with `hmoe-estim rates {out}`.")
         study, r = config.name, config.metrics.r
     text = claims_table(rates, study=study, voronoi_r=r, format=args.format)
     if not args.output:
@@ -343,19 +363,20 @@ def _dispatch(args):
         if not records:
             raise StudyError(f"{args.out} has no finished fits yet.")
         labels = _certified_labels(config, records)
-        title = f"{config.name}: K={config.fit.n_experts}, K*={config.truth.n_experts}, " \
-                f"init={config.fit.init}"
+        title = config.figure_title()
         if args.certified_only:
             from ._certificate import certified_records
 
             records = certified_records(records)[0]
             title += " (certified fits only)"
-        rates = rates_from_records(records, random_state=config.seed)
+        rates = rates_from_records(records, metrics=config.rate_metrics,
+                                   random_state=config.seed, optional=config.optional_metrics)
         from ._verdicts import annotate_rates
 
         annotate_rates(rates, config)
         path = _plot_path(args.out, args.output)
-        plot_learning_curves(records, path, rates=rates, labels=labels, title=title)
+        plot_learning_curves(records, path, rates=rates, labels=labels, title=title,
+                             metrics=config.plot_panels)
         print(f"learning curves drawn in {path}")
         return 0
     if args.command == "claims":

@@ -4,6 +4,7 @@ A study (docs: Theory to code, "The experiment template") fits every model on fr
 one true measure ``G*``, for every sample size of a grid and a number of replications. Its TOML
 file has these parts (every key optional unless marked; unknown keys are an error)::
 
+    kind = "entry"                 # the default; "layer": a layer study (_layer_config.py)
     name = "my-study"              # label
     description = ""
     seed = 0                       # master seed: every fit's seed derives from it
@@ -68,7 +69,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from .._defaults import MAX_ITER, N_STARTS, OMEGA_MAX, PARAM_BOUND, SOLVER, SOLVERS, TOL
-from .._names import ACTIVATIONS, GATE_LABELS, GATES
+from .._names import ACTIVATIONS, GATES, LAYER_GATE_LABELS
 
 __all__ = [
     "ConfigError",
@@ -86,7 +87,11 @@ __all__ = [
 ]
 
 #: Built-in presets shipped as ``hmoe_estim/study/presets/<name>.toml``.
-PRESETS = ("quick", "full")
+PRESETS = ("quick", "full", "layer")
+#: Kinds of study: ``"entry"`` fits one output entry as an HMoE (the default; configs
+#: without ``kind`` are entry studies), ``"layer"`` a whole attention layer
+#: (``hmoe_estim/study/_layer_config.py``).
+KINDS = ("entry", "layer")
 #: Top-level keys of a config that describe a study without changing its numbers: left out of
 #: :meth:`StudyConfig.config_hash` and of the comparison that lets a stored study resume.
 DESCRIPTIVE_KEYS = ("description",)
@@ -215,7 +220,7 @@ class ModelSpec:
     @property
     def label(self):
         """Paper label, e.g. ``"G2 (value)"``."""
-        return f"{GATE_LABELS[self.gate]} ({self.name})"
+        return f"{LAYER_GATE_LABELS[self.gate]} ({self.name})"
 
     @property
     def key(self):
@@ -301,6 +306,10 @@ class StudyConfig:
     fit: FitConfig = field(default_factory=FitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
+    #: The kind of study (:data:`KINDS`); a class attribute, not a field, so that the plain
+    #: form and hash of an entry study are those of configs written before kinds existed.
+    kind = "entry"
+
     # -- derived -------------------------------------------------------------------------
     @property
     def true_shape(self):
@@ -329,16 +338,43 @@ class StudyConfig:
         """True when the fits start near the true measure (an oracle aid)."""
         return self.fit.init == "near-truth"
 
-    def model(self, name):
-        """The :class:`ModelSpec` called ``name``."""
-        for m in self.models:
-            if m.name == name:
-                return m
-        raise KeyError(name)
+    @property
+    def required_keys(self):
+        """Keys every record of this study has (``hmoe_estim.study.REQUIRED_KEYS``)."""
+        from ._results import REQUIRED_KEYS
 
-    def n_fits(self):
-        """``len(models) · len(n grid) · reps``."""
-        return len(self.models) * len(self.grid.n) * self.grid.reps
+        return REQUIRED_KEYS
+
+    @property
+    def rate_metrics(self):
+        """Metrics whose rates the study fits, and the panels of its figure, in order."""
+        from ._rates import RATE_METRICS
+
+        return RATE_METRICS
+
+    @property
+    def optional_metrics(self):
+        """Rate metrics left out of a model none of whose records has them."""
+        from ._rates import MEASURE_METRICS
+
+        return MEASURE_METRICS
+
+    @property
+    def plot_panels(self):
+        """Panels of the learning-curve figure (:func:`~hmoe_estim.study.plot_learning_curves`)."""
+        from ._plotting import PLOT_METRICS
+
+        return PLOT_METRICS
+
+    def plan_summary(self):
+        """The fitted model and search in one phrase, for the line a run starts with."""
+        return (f"K={self.fit.n_experts} ({self.specification}), init={self.fit.init}, "
+                f"{self.fit.n_starts} starts")
+
+    def figure_title(self):
+        """Title of the learning-curve figure."""
+        return (f"{self.name}: K={self.fit.n_experts} fitted, K*={self.truth.n_experts}, "
+                f"init={self.fit.init}")
 
     def warnings(self):
         """Human-readable remarks about the configuration (not errors)."""
@@ -367,6 +403,23 @@ class StudyConfig:
         truth = dataclasses.asdict(self.truth)
         if truth["measure"] is None:
             del truth["measure"]
+        return self._plain(truth=truth, data=dataclasses.asdict(self.data),
+                           fit=_fit_dict(self.fit), metrics=dataclasses.asdict(self.metrics))
+
+    # -- shared with LayerStudyConfig (assigned there) ---------------------------------
+    def model(self, name):
+        """The :class:`ModelSpec` called ``name``."""
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def n_fits(self):
+        """``len(models) · len(n grid) · reps``."""
+        return len(self.models) * len(self.grid.n) * self.grid.reps
+
+    def _plain(self, **sections):
+        """The plain form of the common fields, then ``sections`` (``to_dict``'s body)."""
         return {
             "name": self.name,
             "description": self.description,
@@ -374,11 +427,8 @@ class StudyConfig:
             "models": [
                 {"gate": m.gate, "activation": m.activation, "name": m.name} for m in self.models
             ],
-            "truth": truth,
-            "data": dataclasses.asdict(self.data),
             "grid": {"n": list(self.grid.n), "reps": self.grid.reps},
-            "fit": _fit_dict(self.fit),
-            "metrics": dataclasses.asdict(self.metrics),
+            **sections,
         }
 
     def config_hash(self):
@@ -404,13 +454,14 @@ class StudyConfig:
 
     @classmethod
     def from_dict(cls, d, *, base_dir=None):
-        """Validate a nested dict (as read from TOML/JSON) into a :class:`StudyConfig`.
+        """Validate a nested dict (as read from TOML/JSON) into a study config: a
+        :class:`StudyConfig`, or a :class:`LayerStudyConfig` when ``kind = "layer"``.
 
         Parameters
         ----------
         d : dict
-            Top-level keys ``name, description, seed, activation, models, truth, data, grid,
-            fit, metrics``.
+            Top-level keys ``kind, name, description, seed, activation, models, truth, data,
+            grid, fit, metrics`` (and ``baseline`` for a layer study).
         base_dir : str or None
             Directory against which ``truth.file`` is resolved.
 
@@ -424,8 +475,8 @@ class StudyConfig:
 
 
 # -- validation ----------------------------------------------------------------------------
-_TOP = {"name", "description", "seed", "activation", "models", "truth", "data", "grid", "fit",
-        "metrics"}
+_TOP = {"kind", "name", "description", "seed", "activation", "models", "truth", "data", "grid",
+        "fit", "metrics"}
 _TRUTH = {"n_heads", "n_tokens", "n_experts", "n_features", "scale", "seed", "measure", "file"}
 _DATA = {"noise", "box"}
 _GRID = {"n", "n_min", "n_max", "n_points", "reps"}
@@ -434,7 +485,7 @@ _METRICS = {f.name for f in dataclasses.fields(MetricsConfig)}
 _MODEL = {"gate", "activation", "name"}
 
 
-def _models(raw, default_activation):
+def _models(raw, default_activation, gates=GATES):
     if raw is None:
         raise ConfigError(
             "the config has no 'models': add e.g. models = [\"none\", \"value\", \"sdpa\"]."
@@ -449,13 +500,13 @@ def _models(raw, default_activation):
         elif isinstance(item, dict):
             _check_keys(item, _MODEL, where)
             if "gate" not in item:
-                raise ConfigError(f"{where} needs a 'gate' (one of {list(GATES)}).")
+                raise ConfigError(f"{where} needs a 'gate' (one of {list(gates)}).")
             gate = item["gate"]
             act = item.get("activation", default_activation)
             name = _str(item.get("name", ""), f"{where}.name")
         else:
             raise ConfigError(f"{where} must be a gate name or a table; got {item!r}.")
-        _str(gate, f"{where}.gate", GATES)
+        _str(gate, f"{where}.gate", gates)
         _str(act, f"{where}.activation", ACTIVATIONS)
         specs.append([gate, act, name])
     gates = [s[0] for s in specs]
@@ -584,6 +635,14 @@ def _from_dict(d, base_dir=None):
     # A stored OUT/config.json wraps the config; accept it directly.
     if "config" in d and "config_hash" in d:
         d = d["config"]
+    if not isinstance(d, dict):
+        raise ConfigError("a study config must be a table of keys.")
+    kind = _str(d.get("kind", "entry"), "kind", KINDS)
+    if kind == "layer":
+        from ._layer_config import layer_from_dict
+
+        return layer_from_dict(d)
+    d.pop("kind", None)
     _check_keys(d, _TOP, "the config's top level")
     name = _str(d.get("name", "study"), "name")
     description = _str(d.get("description", ""), "description")

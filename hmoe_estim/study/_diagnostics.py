@@ -38,7 +38,8 @@ def _found_twice(records):
 def fit_diagnostics(records):
     """Per model: fits, converged share, share of fits worse than ``G*`` on their own data,
     share whose best objective was found by two or more starts, median fit seconds and mean
-    weight of extra atoms.
+    weight of extra atoms; for a layer study's models with the per-entry baseline, the
+    baseline's median fit seconds (``median_baseline_seconds``).
 
     ``worse_than_truth`` (objective above the true measure's objective on the same data, with
     ``K >= K*``) certainly marks a fit that missed the least-squares optimum — a local optimum
@@ -61,14 +62,19 @@ def fit_diagnostics(records):
             "total_fit_seconds": float(np.sum([r["fit_seconds"] for r in recs])),
             "mean_extra_weight": float(np.mean([r.get("extra_weight", 0.0) for r in recs])),
         }
+        base = [r["baseline_fit_seconds"] for r in recs if "baseline_fit_seconds" in r]
+        if base:  # a layer study's per-entry baseline, fitted on the same data
+            table[model]["median_baseline_seconds"] = float(np.median(base))
     return table
 
 
 def format_diagnostics(table, labels=None):
-    """Plain-text table of :func:`fit_diagnostics`."""
+    """Plain-text table of :func:`fit_diagnostics` (with a column ``baseline fit s``, the
+    median time of a layer study's per-entry baseline fits, when a model has them)."""
+    base = any("median_baseline_seconds" in d for d in table.values())
     head = (f"{'model':<12} {'fits':>5} {'converged':>10} {'worse than G*':>14} "
             f"{'found twice':>12} {'median fit s':>13} {'total fit s':>12} "
-            f"{'extra weight':>13}")
+            f"{'extra weight':>13}" + (f" {'baseline fit s':>15}" if base else ""))
     lines = [head, "-" * len(head)]
     for model, d in table.items():
         name = labels.get(model, model) if labels else model
@@ -78,6 +84,7 @@ def format_diagnostics(table, labels=None):
             f"{name:<12} {d['fits']:>5} {100 * d['converged']:>9.0f}% {worse:>14} {twice:>12} "
             f"{d['median_fit_seconds']:>13.2f} {d['total_fit_seconds']:>12.1f} "
             f"{d['mean_extra_weight']:>13.3f}"
+            + (f" {d.get('median_baseline_seconds', float('nan')):>15.2f}" if base else "")
         )
     return "\n".join(lines)
 
@@ -114,7 +121,7 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
         ``"reading"`` of its slope (:func:`hmoe_estim.study.annotate_rates`).
     """
     from ._certificate import certified_records
-    from ._rates import RATE_METRICS, rates_from_records
+    from ._rates import rates_from_records
 
     if records is None or config is None:
         config, records = load_study(out, stream=stream)
@@ -131,8 +138,9 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
     dropped = {m: 0 for m in summary}
     if certified_only:
         records, dropped = certified_records(records)
-    rates = rates_from_records(records, metrics=metrics or RATE_METRICS, eps=eps, n_boot=n_boot,
-                               random_state=config.seed)
+    rates = rates_from_records(records, metrics=metrics or config.rate_metrics, eps=eps,
+                               n_boot=n_boot, random_state=config.seed,
+                               optional=config.optional_metrics)
     for model, cert in summary.items():
         entry = rates.setdefault(model, {})
         entry["certificate"] = {**cert, "certified_only": bool(certified_only),

@@ -49,6 +49,9 @@ def with_measure_level(config, records):
     from ..metrics import MEASURE_GATES
     from ..model import MixingMeasure
 
+    if config.kind != "entry":
+        return records
+
     def stale(rec):
         return (rec.get("gate") in MEASURE_GATES and rec.get("measure") is not None
                 and any(f not in rec for f in MEASURE_METRICS))
@@ -62,6 +65,23 @@ def with_measure_level(config, records):
                                         X_ref=X_ref, r=r)} if stale(rec) else rec
         for rec in records
     ]
+
+
+def record_head(model, n, rep, seed, data_seed, fit_seed, init):
+    """The first fields of a study record: the model, the fit's place on the grid, its seeds
+    and its start strategy (``oracle`` for near-truth starts)."""
+    return {
+        "model": model.name,
+        "gate": model.gate,
+        "activation": model.activation,
+        "n": int(n),
+        "rep": int(rep),
+        "seed": int(seed),
+        "data_seed": data_seed,
+        "fit_seed": fit_seed,
+        "init": init,
+        "oracle": init == "near-truth",
+    }
 
 
 def _fit_one(config, truth, model, n, rep, seed):
@@ -115,16 +135,7 @@ def _fit_one(config, truth, model, n, rep, seed):
     kw = dict(gate=model.gate, activation=model.activation, X_ref=X_ref)
     det = voronoi_loss(G, truth, r=r, return_details=True, **kw)
     record = {
-        "model": model.name,
-        "gate": model.gate,
-        "activation": model.activation,
-        "n": int(n),
-        "rep": int(rep),
-        "seed": int(seed),
-        "data_seed": data_seed,
-        "fit_seed": est_seed,
-        "init": fit.init,
-        "oracle": fit.init == "near-truth",
+        **record_head(model, n, rep, seed, data_seed, est_seed, fit.init),
         "split_init": bool(fit.split_init),
         "K": int(K),
         "K_true": int(truth.n_experts),
@@ -165,8 +176,9 @@ def run_fit(config, truth, model_name, n, rep, seed, numba_threads=None):
 
     Parameters
     ----------
-    config : StudyConfig
-    truth : MixingMeasure
+    config : StudyConfig or LayerStudyConfig
+    truth : MixingMeasure or AttentionLayer
+        The study's truth (an ``AttentionLayer`` in a layer study).
     model_name : str
     n, rep, seed : int
     numba_threads : int or None
@@ -184,7 +196,12 @@ def run_fit(config, truth, model_name, n, rep, seed, numba_threads=None):
 
             set_numba_threads(numba_threads)
         model = config.model(model_name)
-        rec = _fit_one(config, truth, model, n, rep, seed)
+        if config.kind == "layer":
+            from ._layer_fit import fit_layer_record
+
+            rec = fit_layer_record(config, truth, model, n, rep, seed)
+        else:
+            rec = _fit_one(config, truth, model, n, rep, seed)
         rec["host"] = socket.gethostname()
         return {"ok": True, "record": rec}
     except Exception as exc:  # reported by the parent, never lost silently

@@ -302,16 +302,17 @@ def fit_rates(n, values, *, eps=None, n_boot=2000, ci=0.95, average="mean", rand
 
 
 def rates_from_records(records, *, metrics=RATE_METRICS, eps=None, n_boot=2000, ci=0.95,
-                       average="mean", random_state=0):
+                       average="mean", random_state=0, optional=MEASURE_METRICS):
     """Rates of every model and metric of a study's records.
 
     Parameters
     ----------
     records : iterable of dict
         Study results (``results.jsonl`` lines): each has ``model``, ``n`` and the metrics.
-        Records whose metric is missing, None or not finite are skipped (and counted); a
-        measure-level metric (``voronoi_loss_measure``, ``expert_error_measure``) that none
-        of a model's records has (a gate without that reading) is left out of that model. The
+        Records whose metric is missing, None or not finite are skipped (and counted); an
+        ``optional`` metric that none of a model's records has (by default the measure-level
+        ``voronoi_loss_measure`` and ``expert_error_measure``, for a gate without that
+        reading) is left out of that model. The
         bootstrap depends on the order of the replications inside each ``n``: pass the records
         in a canonical order (:func:`hmoe_estim.study.sort_records`) for results that do not
         depend on the order in which fits finished.
@@ -320,6 +321,9 @@ def rates_from_records(records, *, metrics=RATE_METRICS, eps=None, n_boot=2000, 
         Target accuracy; a dict maps metric -> ε. None: half the smallest average.
     n_boot, ci, average, random_state
         As in :func:`fit_rates`.
+    optional : sequence of str, default=MEASURE_METRICS
+        Metrics that only some models record (a layer study's: its config's
+        ``optional_metrics``).
 
     Returns
     -------
@@ -334,7 +338,7 @@ def rates_from_records(records, *, metrics=RATE_METRICS, eps=None, n_boot=2000, 
     for model, recs in by_model.items():
         out[model] = {}
         for metric in metrics:
-            if metric in MEASURE_METRICS and not any(metric in r for r in recs):
+            if metric in optional and not any(metric in r for r in recs):
                 continue
             pairs = [
                 (r["n"], r[metric])
@@ -366,8 +370,9 @@ def format_rates_table(rates, *, labels=None):
     Columns: model, metric, slope ``b`` with its interval, ``λ`` of the log law with its
     interval, the better law, and ``log10 n`` needed for ``ε`` under each law.
     """
+    w = max([20] + [len(m) for per in rates.values() for m in per if m not in MODEL_KEYS])
     head = (
-        f"{'model':<12} {'metric':<20} {'slope b':>8} {'95% CI of b':>18} "
+        f"{'model':<12} {'metric':<{w}} {'slope b':>8} {'95% CI of b':>18} "
         f"{'lambda':>7} {'CI of lambda':>17} {'better':>6} {'eps':>9} "
         f"{'log10 n(eps) pow/log':>21}"
     )
@@ -378,13 +383,13 @@ def format_rates_table(rates, *, labels=None):
             if metric in MODEL_KEYS:
                 continue
             if "error" in r:
-                lines.append(f"{name:<12} {metric:<20} (not fitted: {r['error']})")
+                lines.append(f"{name:<12} {metric:<{w}} (not fitted: {r['error']})")
                 continue
             lo, hi = r["slope_ci"]
             llo, lhi = r["log_lambda_ci"]
             ln = r["log10_n_for_eps"]
             lines.append(
-                f"{name:<12} {metric:<20} {r['slope']:>8.3f} "
+                f"{name:<12} {metric:<{w}} {r['slope']:>8.3f} "
                 f"{'[' + _fmt(lo) + ', ' + _fmt(hi) + ']':>18} "
                 f"{r['log_lambda']:>7.2f} "
                 f"{'[' + _fmt(llo, '.2f') + ', ' + _fmt(lhi, '.2f') + ']':>17} "
@@ -397,4 +402,6 @@ def format_rates_table(rates, *, labels=None):
             lines.append(f"{name:<12} identifiability: {ident['label']}")
             if "measure_level" in ident:
                 lines.append(f"{name:<12} identifiability, {ident['measure_level']['label']}")
+            if "baseline_entry" in ident:  # a layer study's per-entry baseline
+                lines.append(f"{name:<12} identifiability, {ident['baseline_entry']['label']}")
     return "\n".join(lines)

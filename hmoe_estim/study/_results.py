@@ -65,13 +65,16 @@ def json_safe(value):
     return value
 
 
-def read_results(path):
+def read_results(path, *, required=REQUIRED_KEYS):
     """Read ``results.jsonl``.
 
     Parameters
     ----------
     path : str
         The file; a missing file reads as empty.
+    required : sequence of str, default=REQUIRED_KEYS
+        Keys every record must have (a layer study's records have others: the
+        ``required_keys`` of its config).
 
     Returns
     -------
@@ -87,7 +90,7 @@ def read_results(path):
         ``model``, ``n``, ``rep`` or ``seed`` has the wrong type; the message gives the line
         number. Nothing is modified.
     """
-    records, _, partial = read_numbered_results(path)
+    records, _, partial = read_numbered_results(path, required=required)
     return records, partial
 
 
@@ -104,7 +107,7 @@ def _check_types(rec, path, lineno):
             )
 
 
-def read_numbered_results(path):
+def read_numbered_results(path, *, required=REQUIRED_KEYS):
     """:func:`read_results` plus the line number of every record: ``(records, lines, partial)``."""
     try:
         with open(path, "rb") as fh:
@@ -130,7 +133,7 @@ def read_numbered_results(path):
                 "touched. Delete or repair that line (the fit it held will be redone on the "
                 "next run), or start a fresh study with another --out."
             ) from None
-        missing = [k for k in REQUIRED_KEYS if not isinstance(rec, dict) or k not in rec]
+        missing = [k for k in required if not isinstance(rec, dict) or k not in rec]
         if missing:
             raise ResultsError(
                 f"{path}, line {lineno}: not a study record (missing {missing}). Delete that "

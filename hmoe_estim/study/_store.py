@@ -129,7 +129,8 @@ def make_out(out):
 
 
 def prepare_out(out, config):
-    """Create or check ``OUT`` for ``config``; return ``G*``.
+    """Create or check ``OUT`` for ``config``; return ``G*`` (the true
+    ``AttentionLayer`` of a layer study).
 
     Writes ``config.json`` and ``truth.json`` for a new study. For an existing one, refuses a
     different config (listing the differing keys); a config that differs only in its
@@ -187,6 +188,8 @@ def prepare_out(out, config):
             "hmoe_estim_version": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         })
+    if config.kind == "layer":
+        return _layer_truth_file(truth_path, config)
     truth = true_measure(config)
     if os.path.exists(truth_path):
         from ..model import MixingMeasure
@@ -203,10 +206,7 @@ def prepare_out(out, config):
                 and np.allclose(stored_truth.normalized().M, truth.normalized().M)
                 and np.allclose(stored_truth.a, truth.a)
                 and np.allclose(stored_truth.omega, truth.omega)):
-            raise StudyError(
-                f"{truth_path} differs from the measure this config produces now (another "
-                "version of random_measure?). Use another --out to start afresh."
-            )
+            raise StudyError(_TRUTH_CHANGED.format(truth_path))
     else:
         t = config.truth
         _write_json_atomic(truth_path, {
@@ -218,6 +218,40 @@ def prepare_out(out, config):
             f"n_experts={t.n_experts}, n_features={t.n_features}, scale={t.scale}, "
             f"random_state={t.seed})",
         })
+    return truth
+
+
+_TRUTH_CHANGED = (
+    "{} differs from the truth this config produces now (another version of random_measure "
+    "or random_attention_layer?). Use another --out to start afresh."
+)
+
+
+def _layer_truth_file(truth_path, config):
+    """``truth.json`` of a layer study: written once, then checked against the config's
+    truth; returns the true ``AttentionLayer``."""
+    from ._layer_plan import layer_from_dict, layer_to_dict, same_layer, true_layer, truth_source
+
+    truth = true_layer(config)
+    if not os.path.exists(truth_path):
+        _write_json_atomic(truth_path, {
+            "layer": layer_to_dict(truth),
+            "shape": {"H": truth.n_heads, "d": truth.d, "d_v": truth.head_dim,
+                      "d_out": truth.d_out, "N": config.data.n_tokens},
+            "P": truth.P_, "VO": truth.VO_,
+            "source": truth_source(config),
+        })
+        return truth
+    stored = _read_json(truth_path, "truth.json")
+    try:
+        stored_truth = layer_from_dict(stored["layer"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise StudyError(
+            f"{truth_path} does not hold a layer ({type(exc).__name__}: {exc}); "
+            f"{_FIXES['truth.json']}"
+        ) from None
+    if not same_layer(stored_truth, truth):
+        raise StudyError(_TRUTH_CHANGED.format(truth_path))
     return truth
 
 
@@ -254,7 +288,7 @@ def load_study(out, *, repair=False, stream=None):
     except ValueError as exc:
         raise StudyError(f"{cfg_path} is unreadable: {exc}") from None
     path = os.path.join(out, RESULTS_FILE)
-    records, lines, partial = read_numbered_results(path)
+    records, lines, partial = read_numbered_results(path, required=config.required_keys)
     check_records(config, records, lines, path)
     if partial is not None:
         if repair:

@@ -1,10 +1,14 @@
 """The identifiability verdict of every model of a study, and the reading it gives its rates.
 
 :func:`study_verdicts` runs :func:`hmoe_estim.metrics.identifiability_report` on the study's
-``G*`` for each model; :func:`annotate_rates` puts the verdicts into ``rates.json`` and says
-whether each parameter metric's slope reads as a rate (see the user guide page "Which gates
-and activations are identifiable").
+``G*`` for each model (the layer identifiability report on the true layer in a layer study);
+:func:`annotate_rates` puts the verdicts into ``rates.json`` and says whether each parameter
+metric's slope reads as a rate (see the user guide page "Which gates and activations are
+identifiable").
 """
+
+import copy
+import functools
 
 from ._plan import true_measure
 from ._rates import MEASURE_METRICS
@@ -14,6 +18,106 @@ __all__ = ["study_verdicts", "annotate_rates"]
 #: Metrics of a study whose slopes are parameter rates only for an identifiable model.
 PARAMETER_METRICS = ("voronoi_loss", "voronoi_exact", "voronoi_over", "extra_weight",
                      "expert_error")
+
+
+def entry_verdict(truth, gate, activation, *, n_experts, n_heads, n_tokens, noise):
+    """Verdict record of one model fitted per entry (:func:`study_verdicts`' records): the
+    identifiability report of ``truth`` (a :class:`~hmoe_estim.MixingMeasure`) with its label,
+    the noise and the samples that resolve each near-alternative, and the measure-level report
+    for a gate with that reading."""
+    # (imported here: the metrics load Numba, which reading a study does not need)
+    from ..kernels import single_thread_blas
+    from ..metrics import (
+        MEASURE_GATES,
+        identifiability_report,
+        measure_verdict_label,
+        verdict_label,
+    )
+
+    kw = dict(gate=gate, activation=activation, n_experts=n_experts, n_heads=n_heads,
+              n_tokens=n_tokens)
+    with single_thread_blas():  # small SVDs: a threaded BLAS only spins on a busy machine
+        rep = identifiability_report(truth, **kw)
+    rec = rep.to_dict()
+    rec["label"] = verdict_label(rec)
+    for a, alt in zip(rec["near_alternatives"], rep.near_alternatives):
+        a["noise"] = noise
+        a["n_to_resolve"] = alt.samples_to_resolve(noise) if noise > 0 else None
+    if gate in MEASURE_GATES:
+        with single_thread_blas():
+            mrec = identifiability_report(truth, level="measure", **kw).to_dict()
+        mrec["label"] = measure_verdict_label(mrec)
+        rec["measure_level"] = mrec
+    return rec
+
+
+def _not_assessed(reason):
+    """The verdict record of a model whose identifiability was not assessed, and why."""
+    return {"identifiable": "unknown", "verdict": "unknown", "reason": reason,
+            "obstructions": [], "near_alternatives": [],
+            "label": f"identifiability not assessed: {reason}"}
+
+
+@functools.lru_cache(maxsize=8)
+def _layer_verdicts_of(config):
+    return layer_study_verdicts(config)
+
+
+def layer_study_verdicts(config, truth=None):
+    """Verdict record of every model of a layer study.
+
+    The layer's verdict comes from the layer identifiability report on the true layer; where
+    that report is not available the record says so explicitly (verdict ``"unknown"``,
+    label ``"identifiability not assessed: <why>"``). A model with the per-entry baseline also
+    gets ``"baseline_entry"``: :func:`entry_verdict` of the truth's measure of the baseline
+    entry, fitted with the baseline's ``K``.
+
+    Parameters
+    ----------
+    config : LayerStudyConfig
+    truth : AttentionLayer or None
+        The true layer (default: :func:`~hmoe_estim.study.true_layer` of ``config``).
+
+    Returns
+    -------
+    dict
+        ``{model name: verdict record}`` with the keys of :func:`study_verdicts`' records.
+    """
+    from ._layer_plan import true_layer
+
+    if truth is None:
+        truth = true_layer(config)
+    try:
+        from ..layer import layer_identifiability_report, layer_verdict_label
+    except ImportError:
+        layer_identifiability_report = None
+    out = {}
+    for m in config.models:
+        if layer_identifiability_report is None:
+            rec = _not_assessed("this installation has no layer identifiability report "
+                                "(hmoe_estim.layer.layer_identifiability_report)")
+        else:
+            from ..kernels import single_thread_blas
+
+            with single_thread_blas():
+                rec = layer_identifiability_report(
+                    truth, gate=m.gate, activation=m.activation,
+                    gate_form=config.truth.gate_form, qk=config.fit.qk,
+                    n_tokens=config.data.n_tokens, head_dim=config.fit.head_dim,
+                    rows=config.data.rows).to_dict()
+            rec["label"] = layer_verdict_label(rec)
+            rec.setdefault("near_alternatives", [])
+            rec.setdefault("obstructions", [])
+        if config.has_baseline(m):
+            N = config.data.n_tokens
+            G = truth.entry_measure(config.baseline_row, config.baseline.column, n_tokens=N)
+            brec = entry_verdict(G, m.gate, m.activation, n_experts=config.baseline.n_experts,
+                                 n_heads=config.truth.n_heads, n_tokens=N,
+                                 noise=config.data.noise)
+            brec["label"] = "per-entry baseline: " + brec["label"]
+            rec["baseline_entry"] = brec
+        out[m.name] = rec
+    return out
 
 
 def study_verdicts(config, truth=None):
@@ -40,45 +144,29 @@ def study_verdicts(config, truth=None):
     ValueError
         The truth's shape disagrees with the config's fitted shape, or ``K < K*``.
     """
-    # (imported here: the metrics load Numba, which reading a study does not need)
-    from ..metrics import (
-        MEASURE_GATES,
-        identifiability_report,
-        measure_verdict_label,
-        verdict_label,
-    )
-
+    if config.kind == "layer":
+        # a layer study's verdicts depend on its config only: computed once per process
+        # (their identifiability reports take seconds), a copy returned
+        if truth is None:
+            return copy.deepcopy(_layer_verdicts_of(config))
+        return layer_study_verdicts(config, truth)
     if truth is None:
         truth = true_measure(config)
     H, N, K, D = config.fitted_shape
     if D != truth.n_features:
         raise ValueError(f"the config fits D = {D} features but its truth has "
                          f"{truth.n_features}: use a truth with D = {D}.")
-    out = {}
-    for m in config.models:
-        rep = identifiability_report(truth, gate=m.gate, activation=m.activation, n_experts=K,
-                                     n_heads=H, n_tokens=N)
-        rec = rep.to_dict()
-        rec["label"] = verdict_label(rec)
-        noise = config.data.noise
-        for a, alt in zip(rec["near_alternatives"], rep.near_alternatives):
-            a["noise"] = noise
-            a["n_to_resolve"] = alt.samples_to_resolve(noise) if noise > 0 else None
-        if m.gate in MEASURE_GATES:
-            mrec = identifiability_report(truth, gate=m.gate, activation=m.activation,
-                                          n_experts=K, n_heads=H, n_tokens=N,
-                                          level="measure").to_dict()
-            mrec["label"] = measure_verdict_label(mrec)
-            rec["measure_level"] = mrec
-        out[m.name] = rec
-    return out
+    return {m.name: entry_verdict(truth, m.gate, m.activation, n_experts=K, n_heads=H,
+                                  n_tokens=N, noise=config.data.noise)
+            for m in config.models}
 
 
 def _reading(rec, slow):
-    """The reading of a parameter metric's slope under the verdict record ``rec``."""
+    """The reading of a parameter metric's slope under the verdict record ``rec`` (a layer's
+    ``"identifiable up to the gauges"`` reads as identifiable: its metrics are invariant)."""
     if rec["verdict"] == "not identifiable":
         reading = "not a rate: " + rec["label"]
-    elif rec["verdict"] == "identifiable":
+    elif rec["verdict"] in ("identifiable", "identifiable up to the gauges"):
         reading = "rate"
     else:
         reading = "rate if identifiable (identifiability unknown)"
@@ -115,10 +203,12 @@ def annotate_rates(rates, config, truth=None, verdicts=None):
         if verdicts is None:
             verdicts = study_verdicts(config, truth)
     except ValueError as exc:
-        rec = {"identifiable": "unknown", "verdict": "unknown", "reason": str(exc),
-               "obstructions": [], "near_alternatives": [],
-               "label": f"identifiability not assessed: {exc}"}
-        verdicts = {m.name: dict(rec) for m in config.models}
+        verdicts = {m.name: _not_assessed(str(exc)) for m in config.models}
+    parameter_metrics, baseline_metrics = PARAMETER_METRICS, ()
+    if config.kind == "layer":
+        from ._layer_fit import BASELINE_PARAMETER_METRICS, LAYER_PARAMETER_METRICS
+
+        parameter_metrics, baseline_metrics = LAYER_PARAMETER_METRICS, BASELINE_PARAMETER_METRICS
     n_max = max(config.grid.n)
     for model, per in rates.items():
         rec = verdicts.get(model)
@@ -127,12 +217,23 @@ def annotate_rates(rates, config, truth=None, verdicts=None):
         per["identifiability"] = rec
         slow = [a for a in rec["near_alternatives"]
                 if a.get("n_to_resolve") is not None and a["n_to_resolve"] > n_max]
-        for metric in PARAMETER_METRICS:
+        for metric in parameter_metrics:
             if metric in per and "slope" in per[metric]:
                 per[metric]["reading"] = _reading(rec, slow)
-        mrec = rec.get("measure_level")
-        for metric in MEASURE_METRICS:
-            if metric in per and "slope" in per[metric]:
-                per[metric]["reading"] = _reading(mrec, slow) if mrec else \
-                    "rate if identifiable (identifiability unknown)"
+        gauge = config.kind == "layer" and rec.get("verdict") != "not identifiable" \
+            and config.model(model).gate not in ("value", "sdpa")
+        if gauge and "slope" in per.get("entry_voronoi_loss", {}):
+            per["entry_voronoi_loss"]["reading"] = (
+                "not a rate: the raw entry loss is not invariant under this gate's V/O gauge "
+                "(W_V B, B^-1 W_O); read VO_error")
+        for key, metrics in (("measure_level", MEASURE_METRICS),
+                             ("baseline_entry", baseline_metrics)):
+            sub = rec.get(key)
+            sub_slow = [] if sub is None else [
+                a for a in sub["near_alternatives"]
+                if a.get("n_to_resolve") is not None and a["n_to_resolve"] > n_max]
+            for metric in metrics:
+                if metric in per and "slope" in per[metric]:
+                    per[metric]["reading"] = _reading(sub, sub_slow or slow) if sub else \
+                        "rate if identifiable (identifiability unknown)"
     return rates
