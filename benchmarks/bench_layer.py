@@ -105,6 +105,10 @@ def parse_args(argv=None):
                     help="skip the untimed warm-up (the first fit's time then includes Numba's "
                          "compilation or cache loading)")
     ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--rst", metavar="PATH",
+                    help="also write the summary as a reStructuredText table (the docs' table)")
+    ap.add_argument("--from-json", metavar="PATH",
+                    help="fit nothing: write --rst from the summary of an earlier --json")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for a quiet machine")
     ap.add_argument("--max-wait", type=float, default=120.0,
                     help="seconds to wait at most for a quiet machine before a data set (120)")
@@ -327,6 +331,31 @@ def print_report(rows, methods, format_table):
     print(format_table(header, table))
 
 
+def write_rst(rows, path):
+    """The summary as an RST table: per case the median seconds per fit of both methods, their
+    ratio, the median depth below the truth (σ²/m) and the certified failures."""
+    head = ("H", "N", "d", "gate", "estimator s", "PyTorch s", "ratio", "estimator σ²/m",
+            "PyTorch σ²/m", "failures")
+    lines = []
+    for row in rows:
+        c, e, t = row["case"], row.get("estimator"), row.get("torch")
+        if e is None or t is None:
+            continue
+        lines.append(("all", "", "", "") if c == "all" else
+                     (str(c["H"]), str(c["N"]), str(c["d"]), c["gate"]))
+        lines[-1] += (f"{e['median_wall']:.2f}", f"{t['median_wall']:.2f}",
+                      f"{row['ratio_torch_over_estimator']:.1f}×",
+                      f"{e['median_excess']:+.1f}", f"{t['median_excess']:+.1f}",
+                      f"{e['failures']}/{e['fits']} · {t['failures']}/{t['fits']}")
+    widths = [max(len(h), *(len(x[i]) for x in lines)) for i, h in enumerate(head)]
+    rule = "  ".join("=" * w for w in widths)
+    out = [rule, "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(), rule]
+    out += ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in lines]
+    out.append(rule)
+    with open(path, "w") as fh:
+        fh.write("\n".join(out) + "\n")
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -372,6 +401,13 @@ def check_torch_loss(X, Y, gate, act, rtol=1e-10):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.from_json:
+        if not args.rst:
+            raise SystemExit("--from-json writes a table: give --rst PATH.")
+        with open(args.from_json) as fh:
+            write_rst(json.load(fh)["summary"], args.rst)
+        print(f"wrote {args.rst}")
+        return 0
     if not args.default_malloc:
         keep_freed_memory([os.path.abspath(__file__)]
                           + (sys.argv[1:] if argv is None else list(argv)))
@@ -449,6 +485,9 @@ def main(argv=None):
             json.dump({**meta, "summary": rows, "records": records, "environment": env,
                        "total_seconds": total}, fh, indent=1, default=float)
         print(f"wrote {args.json}")
+    if args.rst:
+        write_rst(rows, args.rst)
+        print(f"wrote {args.rst}")
     return 0
 
 
