@@ -20,6 +20,9 @@ GATE_LABELS = {"none": "MHA", "value": "G2", "sdpa": "G1", "output": "G5"}
 
 ACTIVATIONS = ("sigmoid", "tanh", "gelu", "silu")
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}
+#: Activations with ``φ(−z) = −φ(z)``: a channel and its sign flip ``(ω, a) → (−ω, −a)`` give
+#: the same G1 and G2 function.
+ODD_ACTIVATIONS = ("tanh",)
 
 #: Gate positions of a whole attention layer (``hmoe_estim.layer``): the four above, and the
 #: gates after the key projection (G3) and after the query projection (G4), whose scores are

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._names import GRANULARITIES, LAYER_GATE_LABELS, QK_FORMS
+from .._names import GRANULARITIES, LAYER_GATE_LABELS, ODD_ACTIVATIONS, QK_FORMS
 from .._validation import check_count
 from ..metrics import PHI_AT_ZERO, Symmetry
 from ._forward import attention_layer_output, check_tokens
@@ -84,7 +84,6 @@ __all__ = [
 #: Gates whose scores are bilinear in the tokens (``x_iᵀ P_h x_j``).
 _BILINEAR = ("none", "value", "sdpa", "output")
 #: Activations with ``φ(−z) = −φ(z)``.
-_ODD = ("tanh",)
 #: Relative size below which a vector or a singular value counts as zero.
 _ZERO = 1e-10
 
@@ -402,7 +401,7 @@ def _symmetries(gate, activation, granularity, qk, H, dv, intercept):
     if H >= 2:
         out.append(Symmetry("head-relabelling", f"permuting the heads ({H}! = "
                             f"{math.factorial(H)} relabellings)"))
-    odd = activation in _ODD
+    odd = activation in ODD_ACTIVATIONS
     if gate in ("key", "query"):
         out.append(Symmetry("score-channel-permutation", "permuting the columns of W_Q,h and "
                             f"W_K,h together ({dv}! per head)"))
@@ -598,7 +597,7 @@ def _channel_obstructions(layer, gate, activation, granularity):
                 (h,)))
         if granularity == "elementwise":
             continue
-        odd = activation in _ODD
+        odd = activation in ODD_ACTIVATIONS
         for e in range(dv):
             for f in range(e + 1, dv):
                 a, b = layer.W_V[h, :, e], layer.W_V[h, :, f]
@@ -833,7 +832,7 @@ def layer_identifiability_report(true_layer, *, gate, activation="sigmoid",
 
 def _identified(gate, activation, granularity, qk, intercept, over, H):
     """What a fit identifies, in words (``over``: the fitted head_dim exceeds the truth's)."""
-    odd = activation in _ODD
+    odd = activation in ODD_ACTIVATIONS
     spare = "not the channels: a spare channel can be null or split a true one"
     out = []
     if gate in _BILINEAR:

@@ -33,9 +33,10 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.utils.validation import check_is_fitted
 
+from .._names import ODD_ACTIVATIONS
 from .._validation import check_r, check_token_matching
 from ..kernels import phi
-from ..metrics import DEFAULT_N_REF
+from ..metrics import DEFAULT_N_REF, branch_distances
 from ._estimator import AttentionLayerRegressor
 from ._forward import attention_layer_output, check_tokens
 from ._parameters import AttentionLayer, check_form
@@ -66,7 +67,6 @@ LAYER_METRICS = ("regression_error", "P_error", "VO_error", "P_relative_error",
 
 
 #: Activations with ``φ(−z) = −φ(z)``: their G1 and G2 channels have the sign symmetry.
-ODD_ACTIVATIONS = ("tanh",)
 
 
 def _sign_symmetric(gate, activation, sign_symmetry="auto"):
@@ -589,12 +589,6 @@ def layer_voronoi_loss(layer, true_layer, *, gate=None, activation=None, r=None,
     return details if return_details else details.loss
 
 
-def _branch_distances(B, Bs):
-    """``dist[h', k', h, k] = sqrt(mean_x (B[x, h', k'] − Bs[x, h, k])²)``."""
-    diff = B[:, :, :, None, None] - Bs[:, None, None, :, :]
-    return np.sqrt(np.mean(diff * diff, axis=0))
-
-
 def _atom_distance(G, Gs, hp, kp, h, k, sign, exponent, token_matching, gate):
     """``(π, c)``: the paper's gauge-aware atom distance between fitted channel ``(h', k')``
     of the entry measure ``G`` (as the signed atom ``sign·a``) and true channel ``(h, k)`` of
@@ -616,10 +610,10 @@ def _row_loss(fit, true, B, Bs, N, row, r, signed, token_matching, gate):
     :func:`hmoe_estim.metrics.voronoi_loss` with vector weights)."""
     H, K = fit.n_heads, fit.head_dim
     Hs, Ks = true.n_heads, true.head_dim
-    dist = _branch_distances(B, Bs)
+    dist = branch_distances(B, Bs)
     pair_signs = np.ones(dist.shape, dtype=np.intp)
     if signed:
-        flip = _branch_distances(-B, Bs)
+        flip = branch_distances(-B, Bs)
         pair_signs[flip < dist] = -1
         dist = np.minimum(dist, flip)
     flat = np.argmin(dist.reshape(H, K, Hs * Ks), axis=2)

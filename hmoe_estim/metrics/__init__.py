@@ -12,6 +12,7 @@ from ._atoms import (
     measure_atoms,
 )
 from ._branches import DEFAULT_N_REF, EXPERT_READINGS, reference_sample
+from ._branches import branch_distances as branch_distances  # for the layer metrics
 from ._expert import WEIGHTINGS, expert_error, regression_error
 from ._identifiability import (
     PHI_AT_ZERO,

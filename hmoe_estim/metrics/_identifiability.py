@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._names import GATE_LABELS
+from .._names import GATE_LABELS, ODD_ACTIVATIONS
 from .._validation import check_activation, check_gate
 from ..model import MixingMeasure, n_params, triangle_indices
 from ._branches import token_gate
@@ -84,7 +84,6 @@ __all__ = [
 #: ``φ(0)`` of each activation: ``φ(0) = 0`` makes zero experts contribute nothing.
 PHI_AT_ZERO = {"sigmoid": 0.5, "tanh": 0.0, "gelu": 0.0, "silu": 0.0}
 #: Odd activations (``φ(−z) = −φ(z)``).
-_ODD = ("tanh",)
 
 
 @dataclass
@@ -728,7 +727,7 @@ def identifiability_report(true_measure, *, gate, activation, n_experts, n_heads
             "weight-splitting", "copies of one atom share its weight, and a zero-weight "
             "channel's experts are free (K > K*): the cell sums and ω-weighted atom terms "
             "of the Voronoi loss are 0 on them"))
-    if gate in ("value", "sdpa") and activation in _ODD:
+    if gate in ("value", "sdpa") and activation in ODD_ACTIVATIONS:
         symmetries.append(Symmetry(
             "sign-flip", f"(ω, a) -> (−ω, −a) for an odd φ ({activation}): with ω >= 0 an "
             "over-specified fit can hold (ω* + c, a*) + (c, −a*); the metrics use signed atoms"))

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._names import ODD_ACTIVATIONS
 from .._validation import check_activation, check_gate, check_r, check_token_matching
 from ._atoms import atom_cells, check_level, measure_details
 from ._branches import (
@@ -46,12 +47,11 @@ from ._branches import (
 )
 
 __all__ = [
-    "ODD_ACTIVATIONS", "VoronoiCells", "VoronoiDetails", "sign_symmetric", "voronoi_cells",
+    "VoronoiCells", "VoronoiDetails", "sign_symmetric", "voronoi_cells",
     "voronoi_loss",
 ]
 
 #: Activations with ``φ(−z) = −φ(z)``: their G1 and G2 channels have the sign symmetry.
-ODD_ACTIVATIONS = ("tanh",)
 
 
 def sign_symmetric(gate, activation, sign_symmetry="auto"):

@@ -9,7 +9,7 @@ parameter layout plugs in by providing the same methods.
 
 import numpy as np
 
-from .._names import ACTIVATION_CODES, GATE_CODES
+from .._names import ACTIVATION_CODES, GATE_CODES, ODD_ACTIVATIONS
 from .._validation import check_activation, check_gate
 from ..kernels import (
     KernelPasses,
@@ -19,10 +19,9 @@ from ..kernels import (
     penalty_weights,
 )
 
-__all__ = ["Problem", "has_sign_symmetry", "subsample_indices", "ODD_ACTIVATIONS"]
+__all__ = ["Problem", "has_sign_symmetry", "subsample_indices"]
 
 #: Odd activations: ``φ(−z) = −φ(z)``.
-ODD_ACTIVATIONS = ("tanh",)
 
 
 def has_sign_symmetry(gate, activation):

@@ -8,9 +8,9 @@ documentation's solver page.
 
 from dataclasses import dataclass, field
 
+from .._names import ODD_ACTIVATIONS
 from ._local import LevenbergMarquardt
 from ._moves import ExpertReassignment, HeadRestarts, SoftModes
-from ._problem import ODD_ACTIVATIONS
 
 __all__ = ["Schedule", "resolve"]
 
