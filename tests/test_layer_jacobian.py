@@ -215,3 +215,34 @@ def test_interpreted_layer_kernel_matches_compiled():
         np.testing.assert_allclose(A2, A, rtol=1e-11, atol=1e-11)
         np.testing.assert_allclose(g2, g, rtol=1e-11, atol=1e-11)
         np.testing.assert_allclose(ssr2, ssr, rtol=1e-12)
+
+
+@pytest.mark.parametrize("qk", ["factored", "full"])
+@pytest.mark.parametrize("gate, activation", [("none", "sigmoid"), ("value", "tanh"),
+                                              ("sdpa", "gelu"), ("output", "silu")])
+def test_jacobian_is_the_chain_rule_through_the_per_entry_kernel(gate, activation, qk):
+    """Rows of entry (i, c) of the layer Jacobian = the per-entry kernel's Jacobian of that
+    entry's HMoE (``kernels.jacobian_matrix`` at ``pack(entry_measure)``) times the derivative
+    of the map layer weights → entry measure (bilinear, so central differences are exact up to
+    rounding)."""
+    from hmoe_estim._names import ACTIVATION_CODES, GATE_CODES
+    from hmoe_estim.kernels import jacobian_matrix
+    from hmoe_estim.model import pack
+
+    options = {} if qk == "factored" else {"qk": "full"}
+    layer, layout, theta, X, args = _case(options, gate, activation, intercept=False)
+    n, N, d = X.shape
+    _, J = layer_jacobian(theta, X, *args)
+    R, dout = N, layout.d_out
+    XT = np.ascontiguousarray(X.reshape(n, N * d).T)
+    for row, column in ((0, 0), (N - 1, dout - 1)):
+        def entry(t):
+            return pack(layout.unpack(t).entry_measure(row, column, n_tokens=N))
+
+        G = layout.unpack(theta).entry_measure(row, column, n_tokens=N)
+        dG = _central_differences(entry, theta)
+        J_entry = jacobian_matrix(pack(G), XT, *G.shape, GATE_CODES[gate],
+                                  ACTIVATION_CODES[activation])
+        rows = np.arange(n) * R * dout + row * dout + column
+        np.testing.assert_allclose(J[rows], J_entry @ dG, rtol=1e-7,
+                                   atol=1e-8 * np.abs(J[rows]).max())
