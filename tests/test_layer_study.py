@@ -210,3 +210,13 @@ def test_cli_layer_preset(capsys):
 
     assert StudyConfig.from_dict(tomllib.loads(capsys.readouterr().out)) == load_preset("layer")
     assert main(["reproduce", "--layer", "--near-truth", "--max-fits", "0"]) == 2
+
+
+def test_layer_certificate_is_the_entry_studies_rule():
+    """A fit above the truth's own objective is a certified failure, however little above (the
+    rule of entry studies); the unit σ̂²/m is only recorded to read the gap in."""
+    from hmoe_estim.study._layer_fit import _certificate
+
+    gap, unit, worse = _certificate(1.0 + 1e-9, 1.0, 1000)
+    assert worse and gap > 0 and unit == pytest.approx(1e-3)
+    assert not _certificate(1.0 - 1e-9, 1.0, 1000)[2]

@@ -49,12 +49,13 @@ LAYER_PARAMETER_METRICS = ("P_error", "VO_error", "layer_voronoi_loss", "entry_v
 
 
 def _certificate(objective, truth_objective, m):
-    """``(gap, margin, worse)``: the fit's objective minus the truth's, the margin ``σ̂²/m``
-    (``σ̂²`` the truth's mean squared residual, ``m`` residuals: the unit of the search's own
-    agreement test), and whether the gap exceeds it (a certified optimisation failure)."""
+    """``(gap, unit, worse)``: the fit's objective minus the truth's, the unit ``σ̂²/m`` gaps are
+    read in (``σ̂²`` the truth's mean squared residual, ``m`` residuals: the unit of the
+    search's own agreement test), and whether the fit ended above the truth's objective (a
+    certified optimisation failure, as in entry studies)."""
     gap = float(objective) - float(truth_objective)
-    margin = max(float(truth_objective), 0.0) / max(int(m), 1)
-    return gap, margin, bool(gap > margin)
+    unit = max(float(truth_objective), 0.0) / max(int(m), 1)
+    return gap, unit, bool(gap > 0.0)
 
 
 def _layer_metrics(fitted, truth, *, gate, activation, gate_form, rows, X_ref, r, entry):
