@@ -196,7 +196,8 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     x_scale_, y_scale_ : float
         ``s_x`` and ``s_y`` of the fit (Notes: Scaling).
     n_starts_agreeing_ : int
-        Starts within ``σ̂²/m`` of the best objective (``m`` residuals).
+        Starts within ``σ̂²/m`` of the best objective (``m`` residuals), or at the rounding level
+        of the targets (a noiseless fit).
     n_rounds_agreeing_ : int
         Independent rounds of the search that reached the best objective.
     search_rounds_ : int
@@ -451,8 +452,6 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
 
     def _record(self, found, problem, scaling, search, X, Y):
         """The fitted attributes from the search's result, in the units of the data."""
-        from ..solvers import count_agreeing
-
         results = found.results
         s_y = scaling["s_y"]
         lay = problem.layout
@@ -503,7 +502,7 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         self.x_scale_, self.y_scale_ = float(scaling["s_x"]), float(s_y)
         self.objective_ = float(objectives[best])
         self.start_objectives_ = objectives
-        self.n_starts_agreeing_ = count_agreeing(objectives, problem.n_residuals)
+        self.n_starts_agreeing_ = int(found.starts_agreeing)  # the search's count and floor
         self.n_rounds_agreeing_ = int(found.rounds_agreeing)
         self.search_rounds_ = int(found.rounds)
         self.search_stop_ = found.stop
