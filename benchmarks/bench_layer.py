@@ -16,7 +16,7 @@ arrays, in one process:
   ``torch.optim.LBFGS`` (``line_search_fn="strong_wolfe"``, float64, ``history_size=10``, at
   most 1000 iterations per start, ``tolerance_grad = tolerance_change = 1e-9``) from 4 random
   starts (``--torch-starts``), the best kept. The starts are draws of the estimator's own
-  start distribution (``AttentionLayerRegressor._draw``: ``random_attention_layer`` weights
+  start distribution (``LayerProblem.random_start``: ``random_attention_layer`` weights
   scaled to the data, clipped into the box), seeded by ``seed``. **The box** ``[-10, 10]`` of
   every weight (the estimator's) **is enforced by a sigmoid reparametrisation**
   ``θ = lo + (hi − lo)·sigmoid(u) = 10·tanh(u/2)``: L-BFGS runs unconstrained on ``u``
@@ -182,9 +182,8 @@ def estimator_starts(X, Y, H, dv, gate, act, count, seed):
     layout = est._layout(X.shape[2], Y.shape[-1])
     lower, upper = LayerProblem.default_box(layout, PARAM_BOUND)
     problem = LayerProblem(X, Y, layout, gate, act, lower, upper, gate_form="activation")
-    # the fit's own start distribution (scaled to the data it is given, here in its units)
-    draw = est._draw(problem, {"Xs": X, "Ys": Y}, check_random_state(seed))
-    return [draw() for _ in range(count)], lower, upper, layout
+    rng = check_random_state(seed)  # the fit's own start distribution, in the data's units
+    return [problem.random_start(rng) for _ in range(count)], lower, upper, layout
 
 
 def torch_loss(X, Y, layout, gate, act):

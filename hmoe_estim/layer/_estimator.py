@@ -117,8 +117,8 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     data; up to ``rounds = 4`` rounds, stopping once ``agree = 2`` independent rounds reach the best
     objective (within ``σ̂²/m``); no moves (the moves of the search redraw or reassign the
     experts of one entry's measure, which a layer does not have); ``signed=False`` (``W_O``
-    is signed already). Starts are ``hmoe_estim.layer.random_attention_layer`` draws
-    scaled to the data: the input weights divided by the root mean square of ``X`` (``P``
+    is signed already). Starts (``LayerProblem.random_start``) are random layers scaled to
+    the data: the input weights divided by the root mean square of ``X`` (``P``
     by its square), ``W_O`` multiplied by the standard deviation of ``Y`` (not for G5,
     whose output is ``φ``'s), the intercept at the mean of ``Y``. Every searched weight lies
     in ``[-10, 10]`` (in the units of the data).
@@ -382,7 +382,7 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         check_layer_fit_size(n, N, R, layout, self._use_varpro())
         problem, scaling = self._scaled_problem(X, Y, layout)
         rng = check_random_state(self.random_state)
-        found = search.run(problem, self._draw(problem, scaling, rng))
+        found = search.run(problem, lambda: problem.random_start(rng))
         self._record(found, problem, scaling, search, X, Y)
         return self
 
@@ -413,42 +413,6 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         problem = kind(Xs, Ys, lay, self.gate, self.activation, lower, upper, rows=self.rows,
                        gate_form=self.gate_form, alpha=float(self.alpha))
         return problem, dict(v=v, s_x=s_x, s_y=s_y, y_offset=y_offset, Xs=Xs, Ys=Ys)
-
-    def _draw(self, problem, scaling, rng):
-        """``draw()``: a random start scaled to the (scaled) data (class docstring), in the
-        box; ``β`` only under the variable projection."""
-        from ._data import random_attention_layer
-
-        lay = problem.layout
-        X, Y = scaling["Xs"], scaling["Ys"]
-        x_rms = float(np.sqrt(np.mean(X * X))) or 1.0
-        y_flat = Y.reshape(-1, lay.d_out)
-        y_std = float(np.std(y_flat)) or 1.0
-        out_scale = 1.0 if self.gate == "output" else y_std
-        varpro = isinstance(problem, VarProLayerProblem)
-        lower = problem.full_lower if varpro else problem.lower
-        upper = problem.full_upper if varpro else problem.upper
-
-        def draw():
-            layer = random_attention_layer(
-                lay.n_heads, lay.d, lay.head_dim, lay.d_out, qk=lay.qk,
-                gate_form=self.gate_form, granularity=self.granularity,
-                fit_intercept=lay.fit_intercept, random_state=rng)
-            if layer.P is not None:
-                layer.P /= x_rms * x_rms
-            else:
-                layer.W_Q /= x_rms
-                layer.W_K /= x_rms
-            layer.W_V /= x_rms
-            layer.W_O *= out_scale
-            if layer.W_theta is not None:
-                layer.W_theta /= x_rms
-            if lay.fit_intercept:
-                layer.intercept[:] = y_flat.mean(axis=0)
-            theta = np.clip(lay.pack(layer), lower, upper)
-            return problem.beta(theta) if varpro else theta
-
-        return draw
 
     def _record(self, found, problem, scaling, search, X, Y):
         """The fitted attributes from the search's result, in the units of the data."""

@@ -82,6 +82,11 @@ class LayerProblem:
         self.lower, self.upper = lower, upper
         # (H, N, K, D) for the search's schedule table: heads, tokens, channels, features
         self.shape = (layout.n_heads, N, layout.head_dim, layout.d)
+        # the sizes random starts are scaled to (of the data the problem is built on)
+        y_cols = Y.reshape(-1, layout.d_out)
+        self.start_scales = dict(x_rms=float(np.sqrt(np.mean(X * X))) or 1.0,
+                                 y_std=float(np.std(y_cols)) or 1.0,
+                                 y_mean=y_cols.mean(axis=0))
 
     # -- data ----------------------------------------------------------------------------
     @property
@@ -106,9 +111,12 @@ class LayerProblem:
         idx = subsample_indices(n, m, part)
         if idx is None:
             return self
-        per = self.y.size // n
-        y = self.y.reshape(n, per)[idx].reshape(-1)
-        return self._copy(X=np.ascontiguousarray(self.X[idx]), y=np.ascontiguousarray(y))
+        y = self.y[:self.n_residuals].reshape(n, self.n_residuals // n)[idx].reshape(-1)
+        return self._with_data(np.ascontiguousarray(self.X[idx]), np.ascontiguousarray(y))
+
+    def _with_data(self, X, y):
+        """The problem on other token matrices ``X`` and their flat targets ``y``."""
+        return self._copy(X=X, y=y)
 
     def with_bounds(self, lower, upper):
         return self._copy(lower=lower, upper=upper)
@@ -180,19 +188,31 @@ class LayerProblem:
         return layer_sums(theta, self.X, self.y, 0.0, *self.kernel_args())[0]
 
     def random_start(self, rng, scale=1.0):
-        """A random ``theta`` inside the box: the weights of
-        :func:`~hmoe_estim.layer.random_attention_layer` (``scale``), the intercept at the
-        mean of ``Y``."""
+        """A random ``theta`` inside the box, scaled to the data: a
+        :func:`~hmoe_estim.layer.random_attention_layer` draw (``scale``) with the input
+        weights divided by the root mean square of ``X`` (``P`` by its square), ``W_O``
+        multiplied by the standard deviation of ``Y`` (not for G5, whose output is ``φ``'s),
+        the intercept at the mean of ``Y``."""
         from ._data import random_attention_layer
 
-        lay = self.layout
+        lay, s = self.layout, self.start_scales
         layer = random_attention_layer(
             lay.n_heads, lay.d, lay.head_dim, lay.d_out, qk=lay.qk,
             gate_form="activation" if lay.granularity is None else "multiplicative",
             granularity=lay.granularity or "headwise", fit_intercept=lay.fit_intercept,
             scale=scale, random_state=rng)
+        x_rms = s["x_rms"]
+        if layer.P is not None:
+            layer.P /= x_rms * x_rms
+        else:
+            layer.W_Q /= x_rms
+            layer.W_K /= x_rms
+        layer.W_V /= x_rms
+        layer.W_O *= 1.0 if self.gate == "output" else s["y_std"]
+        if layer.W_theta is not None:
+            layer.W_theta /= x_rms
         if lay.fit_intercept:
-            layer.intercept[:] = self.y.reshape(-1, lay.d_out).mean(axis=0)
+            layer.intercept[:] = s["y_mean"]
         return np.clip(lay.pack(layer), self.lower, self.upper)
 
     @classmethod

@@ -116,17 +116,8 @@ class VarProLayerProblem(LayerProblem):
     def n_residuals(self):
         return self.data_y.size
 
-    def subsample(self, m, part=0):
-        n = self.n_samples
-        from ..solvers import subsample_indices
-
-        idx = subsample_indices(n, m, part)
-        if idx is None:
-            return self
-        per = self.data_y.size // n
-        y = np.ascontiguousarray(self.data_y.reshape(n, per)[idx].reshape(-1))
-        return self._copy(X=np.ascontiguousarray(self.X[idx]), data_y=y,
-                          y=np.concatenate([y, np.zeros(self._n_penalty_rows())]))
+    def _with_data(self, X, y):
+        return self._copy(X=X, data_y=y, y=np.concatenate([y, np.zeros(self._n_penalty_rows())]))
 
     def with_bounds(self, lower, upper):
         return self._copy(lower=lower, upper=upper)
