@@ -112,9 +112,9 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     ``n_candidates = 8·n_starts`` random starts raced for ``race_iter = 10``
     Levenberg–Marquardt iterations on ``race_samples = 256`` token matrices (each holds
     ``N·d_out`` residuals, so 256 of them already pin a small layer down while a race step
-    stays cheap; more candidates found no better optimum on the layer benchmark's shapes and
-    cost up to four times the time), the ``n_starts`` best run to convergence on all the
-    data; up to ``rounds = 4`` rounds, stopping once ``agree = 2`` independent rounds reach the best
+    stays cheap; more candidates found no better optimum on the benchmark's layers), the
+    ``n_starts`` best run to convergence on all the data; up to ``rounds = 4`` rounds,
+    stopping once ``agree = 2`` independent rounds reach the best
     objective (within ``σ̂²/m``); no moves (the moves of the search redraw or reassign the
     experts of one entry's measure, which a layer does not have); ``signed=False`` (``W_O``
     is signed already). Starts (``LayerProblem.random_start``) are random layers scaled to
