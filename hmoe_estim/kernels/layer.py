@@ -359,11 +359,12 @@ def layer_chunks(n, P):
 
 
 @njit(cache=True, error_model="numpy")
-def _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, q0, q1):
-    """``A[p, q] += a0 J0[q] + a1 J1[q] + a2 J2[q] + a3 J3[q]`` for ``q`` in ``[q0, q1)``
-    (``Ap = A[p]``): a vectorisable update, not a reduction."""
+def _update(A, p, a0, a1, a2, a3, J, i0, i1, i2, i3, q0, q1):
+    """``A[p, q] += a0 J[i0, q] + a1 J[i1, q] + a2 J[i2, q] + a3 J[i3, q]`` for ``q`` in
+    ``[q0, q1)``: a vectorisable update, not a reduction. Indices, not row views: a view
+    costs an atomic reference count on its array, which two threads would contend for."""
     for q in range(q0, q1):
-        Ap[q] += a0 * J0[q] + a1 * J1[q] + a2 * J2[q] + a3 * J3[q]
+        A[p, q] += a0 * J[i0, q] + a1 * J[i1, q] + a2 * J[i2, q] + a3 * J[i3, q]
 
 
 @njit(cache=True, error_model="numpy")
@@ -376,37 +377,36 @@ def _group(J, rows, nr, r, P, oO, oT, dout, c, A, Jr, colsum):
     ``(k, c)``, at stride ``d_out``, are visited), so a group costs about ``(P_β + H d_v)²/2``
     updates instead of ``P²/2``. Each entry of ``A`` is loaded and stored once per group.
     """
-    J0 = J[rows[0]]
-    J1 = J[rows[1]] if nr > 1 else J0
-    J2 = J[rows[2]] if nr > 2 else J0
-    J3 = J[rows[3]] if nr > 3 else J0
+    i0 = rows[0]
+    i1 = rows[1] if nr > 1 else i0
+    i2 = rows[2] if nr > 2 else i0
+    i3 = rows[3] if nr > 3 else i0
     r0 = r[0]
     r1 = r[1] if nr > 1 else 0.0
     r2 = r[2] if nr > 2 else 0.0
     r3 = r[3] if nr > 3 else 0.0
     K = (oT - oO) // dout
     for p in range(P):
-        a0 = J0[p]
-        a1 = J1[p] if nr > 1 else 0.0
-        a2 = J2[p] if nr > 2 else 0.0
-        a3 = J3[p] if nr > 3 else 0.0
+        a0 = J[i0, p]
+        a1 = J[i1, p] if nr > 1 else 0.0
+        a2 = J[i2, p] if nr > 2 else 0.0
+        a3 = J[i3, p] if nr > 3 else 0.0
         if a0 == 0.0 and a1 == 0.0 and a2 == 0.0 and a3 == 0.0:
             continue
         Jr[p] += a0 * r0 + a1 * r1 + a2 * r2 + a3 * r3
         colsum[p] += a0 + a1 + a2 + a3
-        Ap = A[p]
         if c < 0:  # rows of several output columns: every q
-            _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, p, P)
+            _update(A, p, a0, a1, a2, a3, J, i0, i1, i2, i3, p, P)
             continue
         if p < oO:
-            _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, p, oO)
+            _update(A, p, a0, a1, a2, a3, J, i0, i1, i2, i3, p, oO)
         k0 = 0 if p < oO else (p - oO) // dout
         if p < oT:
             for k in range(k0, K):
                 q = oO + k * dout + c
                 if q >= p:
-                    Ap[q] += a0 * J0[q] + a1 * J1[q] + a2 * J2[q] + a3 * J3[q]
-        _update(Ap, a0, a1, a2, a3, J0, J1, J2, J3, max(p, oT), P)
+                    A[p, q] += a0 * J[i0, q] + a1 * J[i1, q] + a2 * J[i2, q] + a3 * J[i3, q]
+        _update(A, p, a0, a1, a2, a3, J, i0, i1, i2, i3, max(p, oT), P)
 
 
 @njit(cache=True, error_model="numpy")
@@ -461,11 +461,14 @@ def _sums_worker(wk, nworkers, theta, X, y, offset, H, dv, dout, full, gate, act
     rows = np.empty(4, dtype=np.int64)
     r = np.empty(4)
     nchunks = partial.shape[0]
+    # the worker's own sums, copied to partial[c] per chunk: views of the shared partial in
+    # the inner loops would make both threads update one reference count (a contended atomic)
+    acc = np.empty(partial.shape[1])
+    A = acc[:P * P].reshape((P, P))
+    Jr = acc[P * P:P * P + P]
+    colsum = acc[P * P + P + 1:P * P + 2 * P + 1]
     for c in range(wk, nchunks, nworkers):
-        acc = partial[c]
-        A = acc[:P * P].reshape((P, P))
-        Jr = acc[P * P:P * P + P]
-        colsum = acc[P * P + P + 1:P * P + 2 * P + 1]
+        acc[:] = 0.0
         tot[0] = 0.0
         tot[1] = 0.0
         for s in range(c * n // nchunks, (c + 1) * n // nchunks):
@@ -475,6 +478,7 @@ def _sums_worker(wk, nworkers, theta, X, y, offset, H, dv, dout, full, gate, act
                         rows, r)
         acc[P * P + P] = tot[0]
         acc[P * P + 2 * P + 1] = tot[1]
+        partial[c, :] = acc
 
 
 @njit(cache=True, parallel=True)
