@@ -81,14 +81,17 @@ def test_varpro_fit_reaches_the_full_fits_objective(gate):
     vp = AttentionLayerRegressor(varpro=True, **kw).fit(X, Y)
     full = AttentionLayerRegressor(varpro=False, **kw).fit(X, Y)
     assert vp.varpro_ and not full.varpro_
-    assert vp.objective_ <= full.objective_ * (1 + 1e-6)
+    # the same optimum, up to where Levenberg–Marquardt stops: a decrease below 1% of
+    # σ²/m per iteration is not pursued, so two searches end a few hundredths of σ²/m apart
+    m = Y.size
+    assert vp.objective_ <= full.objective_ + 0.1 * 0.1 ** 2 / m
 
 
 @pytest.mark.parametrize("gate", ["none", "value", "sdpa"])
 def test_noiseless_recovery_with_varpro(gate):
     truth = random_attention_layer(1, 2, 2, scale=1.5, random_state=0)
     X, Y = make_attention_regression(150, truth, n_tokens=3, gate=gate, random_state=1)
-    est = AttentionLayerRegressor(gate=gate, n_starts=2, random_state=0).fit(X, Y)
+    est = AttentionLayerRegressor(gate=gate, varpro=True, n_starts=2, random_state=0).fit(X, Y)
     assert est.varpro_
     assert np.linalg.norm(est.P_ - truth.P_) < 1e-6
     assert np.linalg.norm(est.VO_ - truth.VO_) < 1e-6
@@ -219,3 +222,13 @@ def test_a_fit_too_large_for_memory_is_refused(monkeypatch):
     X, Y = make_attention_regression(50, truth, n_tokens=3, random_state=1)
     with pytest.raises(ValueError, match=r"150 residuals|300 residuals"):
         AttentionLayerRegressor(n_starts=1).fit(X, Y)
+
+
+@pytest.mark.parametrize("gate, expected", [("none", False), ("value", True), ("sdpa", True),
+                                            ("key", True), ("output", False)])
+def test_auto_uses_varpro_for_gated_layers_linear_in_w_o(gate, expected):
+    truth = random_attention_layer(1, 2, 2, scale=1.5, random_state=0)
+    X, Y = make_attention_regression(60, truth, n_tokens=2, gate=gate, noise=0.1,
+                                     random_state=1)
+    est = AttentionLayerRegressor(gate=gate, n_starts=1, random_state=0).fit(X, Y)
+    assert est.varpro_ is expected

@@ -35,7 +35,8 @@ A layer study's TOML file (every key optional unless marked; unknown keys are an
     [fit]                          # AttentionLayerRegressor
     head_dim = 2                   # fitted d_v (default: the truth's)
     qk = "factored"                # default: the truth's
-    n_starts = 4
+    n_starts = "auto"              # starts per round: "auto" is the estimator's (2; 4 for
+                                   # several heads behind a gate) or an integer
     max_iter = 1000
     fit_intercept = false
     varpro = "auto"                # W_O solved in closed form: "auto", true or false
@@ -125,7 +126,7 @@ class LayerFitConfig:
 
     head_dim: int = None
     qk: str = None
-    n_starts: int = N_STARTS
+    n_starts: object = "auto"
     max_iter: int = MAX_ITER
     fit_intercept: bool = False
     varpro: object = "auto"
@@ -250,9 +251,10 @@ class LayerStudyConfig:
         t, f = self.truth, self.fit
         base = (f"baseline entry ({self.baseline_row}, {self.baseline.column}) with "
                 f"K={self.baseline.n_experts}" if self.baseline.enabled else "no baseline")
+        starts = "the estimator's" if f.n_starts == "auto" else f.n_starts
         return (f"layer H={t.n_heads}, N={self.data.n_tokens}, d={t.d}, d_v={f.head_dim} "
                 f"({self.specification}; truth d_v={t.head_dim}), d_out={t.d_out}, "
-                f"rows={self.data.rows}, {f.n_starts} starts; {base}")
+                f"rows={self.data.rows}, {starts} starts; {base}")
 
     def figure_title(self):
         """Title of the learning-curve figure."""
@@ -338,11 +340,19 @@ def _fit(raw, truth):
     return LayerFitConfig(
         head_dim=dv,
         qk=qk,
-        n_starts=_int(raw.get("n_starts", N_STARTS), "fit.n_starts", 1),
+        n_starts=_auto_int(raw.get("n_starts", "auto"), "fit.n_starts"),
         max_iter=_int(raw.get("max_iter", MAX_ITER), "fit.max_iter", 1),
         fit_intercept=_bool(raw.get("fit_intercept", False), "fit.fit_intercept"),
         varpro=_varpro(raw.get("varpro", "auto")),
     )
+
+
+def _auto_int(value, name):
+    if isinstance(value, str) and value == "auto":
+        return value
+    if isinstance(value, str):
+        raise ConfigError(f"{name} must be \"auto\" or an integer >= 1; got {value!r}.")
+    return _int(value, name, 1)
 
 
 def _varpro(value):

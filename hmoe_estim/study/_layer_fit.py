@@ -173,7 +173,8 @@ def fit_layer_record(config, truth, model, n, rep, seed):
     est = AttentionLayerRegressor(
         n_heads=t.n_heads, head_dim=f.head_dim, gate=model.gate, activation=model.activation,
         gate_form=gate_form, granularity=t.granularity, qk=f.qk, rows=data.rows,
-        fit_intercept=f.fit_intercept, varpro=f.varpro, n_starts=f.n_starts,
+        fit_intercept=f.fit_intercept, varpro=f.varpro,
+        n_starts=None if f.n_starts == "auto" else f.n_starts,
         max_iter=f.max_iter, random_state=est_seed)
     fit_seconds = _timed_fit(est, X, Y)
 
