@@ -38,8 +38,9 @@ def _found_twice(records):
 def fit_diagnostics(records):
     """Per model: fits, converged share, share of fits worse than ``G*`` on their own data,
     share whose best objective was found by two or more starts, median fit seconds and mean
-    weight of extra atoms; for a layer study's models with the per-entry baseline, the
-    baseline's median fit seconds (``median_baseline_seconds``).
+    weight of extra atoms (``None`` for layers, which have none); for a layer study's models
+    with the per-entry baseline, the baseline's median fit seconds
+    (``median_baseline_seconds``).
 
     ``worse_than_truth`` (objective above the true measure's objective on the same data, with
     ``K >= K*``) certainly marks a fit that missed the least-squares optimum — a local optimum
@@ -60,7 +61,9 @@ def fit_diagnostics(records):
             "found_twice": _found_twice(recs),
             "median_fit_seconds": float(np.median([r["fit_seconds"] for r in recs])),
             "total_fit_seconds": float(np.sum([r["fit_seconds"] for r in recs])),
-            "mean_extra_weight": float(np.mean([r.get("extra_weight", 0.0) for r in recs])),
+            # a layer has no extra atoms: None (printed "-"), not a mean of zeros
+            "mean_extra_weight": (float(np.mean([r["extra_weight"] for r in recs]))
+                                  if all("extra_weight" in r for r in recs) else None),
         }
         base = [r["baseline_fit_seconds"] for r in recs if "baseline_fit_seconds" in r]
         if base:  # a layer study's per-entry baseline, fitted on the same data
@@ -80,10 +83,11 @@ def format_diagnostics(table, labels=None):
         name = labels.get(model, model) if labels else model
         worse = "-" if d["worse_than_truth"] is None else f"{100 * d['worse_than_truth']:.0f}%"
         twice = f"{100 * d['found_twice']:.0f}%"
+        extra = "-" if d["mean_extra_weight"] is None else f"{d['mean_extra_weight']:.3f}"
         lines.append(
             f"{name:<12} {d['fits']:>5} {100 * d['converged']:>9.0f}% {worse:>14} {twice:>12} "
             f"{d['median_fit_seconds']:>13.2f} {d['total_fit_seconds']:>12.1f} "
-            f"{d['mean_extra_weight']:>13.3f}"
+            f"{extra:>13}"
             + (f" {d.get('median_baseline_seconds', float('nan')):>15.2f}" if base else "")
         )
     return "\n".join(lines)

@@ -259,7 +259,8 @@ class LayerStudyConfig:
     def figure_title(self):
         """Title of the learning-curve figure."""
         t = self.truth
-        return (f"{self.name}: layer H={t.n_heads}, N={self.data.n_tokens}, d={t.d}, "
+        what = self.name if self.name == "layer" else f"{self.name}: layer"
+        return (f"{what} H={t.n_heads}, N={self.data.n_tokens}, d={t.d}, "
                 f"d_v={self.fit.head_dim} (truth {t.head_dim}), sigma={self.data.noise:g}")
 
     def warnings(self):
