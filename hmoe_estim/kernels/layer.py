@@ -41,9 +41,8 @@ with ``P (H·d·d)`` in place of ``W_Q, W_K`` for full Q/K. The outputs of one s
 rows ``i`` of ``f`` (all ``N`` rows, or the last one) flattened row-major: ``(i, c)`` is
 entry ``(i − i0)·d_out + c``.
 
-:func:`layer_sums` accumulates ``JᵀJ`` (upper triangle; four Jacobian rows per update, of
-one output column where a sample has three rows or more, skipping the other columns' zero
-``W_O`` entries),
+:func:`layer_sums` accumulates ``JᵀJ`` (upper triangle; one BLAS ``dsyrk`` per block of
+about 256 Jacobian rows, :mod:`hmoe_estim.kernels.blas`),
 ``Jᵀr``, ``Σ r²``, ``Σ J`` and ``Σ r`` in chunks of samples (:func:`layer_chunks`: their
 number depends only on ``n`` and ``P``), on Numba's threads, and adds the chunks in order: the
 result does not depend on the thread count. :func:`layer_heads` returns the head outputs
@@ -57,6 +56,7 @@ import math
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from .blas import SyrkArgs, syrk_upper
 from .lm_step import LMWorkspace
 from .objective import SERIAL_SAMPLES
 
@@ -358,108 +358,29 @@ def layer_chunks(n, P):
     return max(1, min(_MAX_CHUNKS, nblocks, _MAX_PARTIAL // width))
 
 
-@njit(cache=True, error_model="numpy")
-def _update(A, p, a0, a1, a2, a3, J, i0, i1, i2, i3, q0, q1):
-    """``A[p, q] += a0 J[i0, q] + a1 J[i1, q] + a2 J[i2, q] + a3 J[i3, q]`` for ``q`` in
-    ``[q0, q1)``: a vectorisable update, not a reduction. Indices, not row views: a view
-    costs an atomic reference count on its array, which two threads would contend for."""
-    for q in range(q0, q1):
-        A[p, q] += a0 * J[i0, q] + a1 * J[i1, q] + a2 * J[i2, q] + a3 * J[i3, q]
-
-
-@njit(cache=True, error_model="numpy")
-def _group(J, rows, nr, r, P, oO, oT, dout, c, A, Jr, colsum):
-    """Add rows ``rows[:nr]`` (``nr <= 4``, all of output column ``c``, or of any columns when
-    ``c < 0``; residuals ``r``) of ``J`` to ``A`` (upper triangle), ``Jr`` and ``colsum``.
-
-    Rows of one column ``c`` are zero on the ``W_O`` columns of the other output columns:
-    those are skipped as ``p`` (all four entries zero) and as ``q`` (only the ``W_O`` entries
-    ``(k, c)``, at stride ``d_out``, are visited), so a group costs about ``(P_β + H d_v)²/2``
-    updates instead of ``P²/2``. Each entry of ``A`` is loaded and stored once per group.
-    """
-    i0 = rows[0]
-    i1 = rows[1] if nr > 1 else i0
-    i2 = rows[2] if nr > 2 else i0
-    i3 = rows[3] if nr > 3 else i0
-    r0 = r[0]
-    r1 = r[1] if nr > 1 else 0.0
-    r2 = r[2] if nr > 2 else 0.0
-    r3 = r[3] if nr > 3 else 0.0
-    K = (oT - oO) // dout
-    for p in range(P):
-        a0 = J[i0, p]
-        a1 = J[i1, p] if nr > 1 else 0.0
-        a2 = J[i2, p] if nr > 2 else 0.0
-        a3 = J[i3, p] if nr > 3 else 0.0
-        if a0 == 0.0 and a1 == 0.0 and a2 == 0.0 and a3 == 0.0:
-            continue
-        Jr[p] += a0 * r0 + a1 * r1 + a2 * r2 + a3 * r3
-        colsum[p] += a0 + a1 + a2 + a3
-        if c < 0:  # rows of several output columns: every q
-            _update(A, p, a0, a1, a2, a3, J, i0, i1, i2, i3, p, P)
-            continue
-        if p < oO:
-            _update(A, p, a0, a1, a2, a3, J, i0, i1, i2, i3, p, oO)
-        k0 = 0 if p < oO else (p - oO) // dout
-        if p < oT:
-            for k in range(k0, K):
-                q = oO + k * dout + c
-                if q >= p:
-                    A[p, q] += a0 * J[i0, q] + a1 * J[i1, q] + a2 * J[i2, q] + a3 * J[i3, q]
-        _update(A, p, a0, a1, a2, a3, J, i0, i1, i2, i3, max(p, oT), P)
-
-
-@njit(cache=True, error_model="numpy")
-def _accumulate(J, f, y, y0, offset, R, dout, P, oO, oT, A, Jr, colsum, tot, rows, r):
-    """Add the ``R·d_out`` rows of one sample's ``J`` (residuals ``f + offset − y[y0:]``) to
-    ``A`` (upper triangle), ``Jr`` and ``colsum``; ``tot[0] += Σ r²``, ``tot[1] += Σ r``.
-    With three rows (tokens) or more, output column by output column, four rows at a time
-    (:func:`_group`); with fewer (e.g. the last row only), four consecutive rows at a time."""
-    if R < 3:
-        w = R * dout
-        row = 0
-        while row < w:
-            nr = min(4, w - row)
-            for t in range(nr):
-                rows[t] = row + t
-                rt = f[row + t] + offset - y[y0 + row + t]
-                r[t] = rt
-                tot[0] += rt * rt
-                tot[1] += rt
-            _group(J, rows, nr, r, P, oO, oT, dout, -1, A, Jr, colsum)
-            row += nr
-        return
-    for c in range(dout):
-        a = 0
-        while a < R:
-            nr = min(4, R - a)
-            for t in range(nr):
-                row = (a + t) * dout + c
-                rows[t] = row
-                rt = f[row] + offset - y[y0 + row]
-                r[t] = rt
-                tot[0] += rt * rt
-                tot[1] += rt
-            _group(J, rows, nr, r, P, oO, oT, dout, c, A, Jr, colsum)
-            a += nr
+#: Jacobian rows per ``dsyrk`` block of :func:`layer_sums` (whole samples; at least one).
+_ROWS_PER_BLOCK = 256
 
 
 @njit(cache=True, error_model="numpy")
 def _sums_worker(wk, nworkers, theta, X, y, offset, H, dv, dout, full, gate, act, theta_kind,
                  intercept, last, partial):
     """Chunks ``wk, wk + nworkers, …`` of :func:`layer_sums`: chunk ``c`` (samples
-    ``[c·n/C, (c+1)·n/C)``) into ``partial[c] = [A (P×P, upper) | Jᵀr | Σr² | ΣJ | Σr]``."""
+    ``[c·n/C, (c+1)·n/C)``) into ``partial[c] = [A (P×P, upper) | Jᵀr | Σr² | ΣJ | Σr]``.
+
+    The Jacobian rows of consecutive samples fill a block of about ``_ROWS_PER_BLOCK`` rows;
+    ``A += J_bᵀ J_b`` is one ``dsyrk`` per block (:mod:`.blas`), ``Jᵀr`` and ``ΣJ`` are
+    summed row by row in the same pass over the block."""
     n, N, d = X.shape
     i0 = N - 1 if last else 0
     R = N - i0
-    oK, oV, oO, oT, oB, P = layer_offsets(H, d, dv, dout, full, theta_kind, intercept)
+    P = layer_offsets(H, d, dv, dout, full, theta_kind, intercept)[5]
     hb, g, zg, scratch = _workspace(H, N, d, dv, dout, R)
     w = R * dout
-    f = np.empty(w)
-    J = np.empty((w, P))
-    tot = np.zeros(2)
-    rows = np.empty(4, dtype=np.int64)
-    r = np.empty(4)
+    B = max(1, _ROWS_PER_BLOCK // w)
+    Jb = np.empty((B * w, P))
+    fb = np.empty(B * w)
+    ints, dbl, chars = SyrkArgs()
     nchunks = partial.shape[0]
     # the worker's own sums, copied to partial[c] per chunk: views of the shared partial in
     # the inner loops would make both threads update one reference count (a contended atomic)
@@ -469,15 +390,28 @@ def _sums_worker(wk, nworkers, theta, X, y, offset, H, dv, dout, full, gate, act
     colsum = acc[P * P + P + 1:P * P + 2 * P + 1]
     for c in range(wk, nchunks, nworkers):
         acc[:] = 0.0
-        tot[0] = 0.0
-        tot[1] = 0.0
-        for s in range(c * n // nchunks, (c + 1) * n // nchunks):
-            _sample(theta, X[s], H, N, d, dv, dout, full, gate, act, theta_kind, intercept,
-                    i0, True, f, J, hb, g, zg, scratch)
-            _accumulate(J, f, y, s * w, offset, R, dout, P, oO, oT, A, Jr, colsum, tot,
-                        rows, r)
-        acc[P * P + P] = tot[0]
-        acc[P * P + 2 * P + 1] = tot[1]
+        ssr = 0.0
+        rsum = 0.0
+        s1 = (c + 1) * n // nchunks
+        s = c * n // nchunks
+        while s < s1:
+            nb = min(B, s1 - s)
+            for t in range(nb):
+                _sample(theta, X[s + t], H, N, d, dv, dout, full, gate, act, theta_kind,
+                        intercept, i0, True, fb[t * w:(t + 1) * w], Jb[t * w:(t + 1) * w],
+                        hb, g, zg, scratch)
+            m = nb * w
+            for k in range(m):
+                rk = fb[k] + offset - y[s * w + k]
+                ssr += rk * rk
+                rsum += rk
+                for p in range(P):
+                    Jr[p] += Jb[k, p] * rk
+                    colsum[p] += Jb[k, p]
+            syrk_upper(A, Jb, m, ints, dbl, chars)
+            s += nb
+        acc[P * P + P] = ssr
+        acc[P * P + 2 * P + 1] = rsum
         partial[c, :] = acc
 
 
