@@ -42,10 +42,11 @@ LAYER_SEARCH = dict(race_iter=10, race_samples=256, rounds=4, agree=2)
 
 
 def layer_search_size(n_heads, gate):
-    """``(n_starts, candidates per start)`` of the layer's default search: ``(4, 8)`` for
-    several heads behind a gate — their heads' gates make basins that a small race misses —,
-    else ``(2, 2)`` (class docstring)."""
-    return (4, 8) if n_heads > 1 and gate != "none" else (2, 2)
+    """``(n_starts, candidates per start)`` of the layer's default search: ``(2, 2)`` for one
+    head or two ungated heads, else ``(4, 8)`` — each head, and each head's gate, adds basins
+    that a small race can miss (class docstring)."""
+    small = n_heads == 1 or (n_heads == 2 and gate == "none")
+    return (2, 2) if small else (4, 8)
 
 #: Gates whose entries are per-entry HMoEs (:func:`hmoe_estim.attention.attention_to_measure`).
 _MEASURE_GATES = ("none", "value", "sdpa", "output")
@@ -102,8 +103,8 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         a :class:`~hmoe_estim.solvers.Search` sets every knob itself (give them all: its
         ``"auto"`` values are resolved by the per-entry models' table).
     n_starts : int or None, default=None
-        Starts run to convergence per round; ``None``: 4 for several heads behind a gate,
-        else 2 (Notes), or the given ``Search``'s.
+        Starts run to convergence per round; ``None``: 2 for one head or two ungated heads,
+        else 4 (Notes), or the given ``Search``'s.
     max_iter : int or None, default=None
         Levenberg–Marquardt iterations (Jacobian passes) per start; ``None``: the local
         solver's (1000).
@@ -115,10 +116,11 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     **The search.** The layer's default search is a :class:`~hmoe_estim.solvers.Search` with
     every knob given (its ``"auto"`` table is tuned for the per-entry models), sized by the
     layer (``layer_search_size``): ``n_starts = 2`` and ``n_candidates = 2·n_starts``
-    for one head or no gate, ``n_starts = 4`` and ``n_candidates = 8·n_starts`` for several
-    heads behind a gate (each head's gate adds basins, and the smaller race let two rounds
-    agree on a worse optimum there; elsewhere it reached the same optima as the larger one,
-    at a quarter of the time); the candidates race for ``race_iter = 10``
+    for one head or two ungated heads, else ``n_starts = 4`` and ``n_candidates =
+    8·n_starts`` (each head, and each head's gate, adds basins: with two gated heads or three
+    heads the smaller race let two rounds agree on a worse optimum; on one head and two
+    ungated heads it reached the same optima as the larger one, at a quarter of the time);
+    the candidates race for ``race_iter = 10``
     Levenberg–Marquardt iterations on ``race_samples = 256`` token matrices (each holds
     ``N·d_out`` residuals, so 256 of them already pin a small layer down while a race step
     stays cheap), the

@@ -35,8 +35,8 @@ A layer study's TOML file (every key optional unless marked; unknown keys are an
     [fit]                          # AttentionLayerRegressor
     head_dim = 2                   # fitted d_v (default: the truth's)
     qk = "factored"                # default: the truth's
-    n_starts = "auto"              # starts per round: "auto" is the estimator's (2; 4 for
-                                   # several heads behind a gate) or an integer
+    n_starts = "auto"              # starts per round: "auto" is the estimator's (2; 4 from
+                                   # two gated or three heads) or an integer
     max_iter = 1000
     fit_intercept = false
     varpro = "auto"                # W_O solved in closed form: "auto", true or false
