@@ -120,11 +120,10 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     8·n_starts`` (each head, and each head's gate, adds basins: with two gated heads or three
     heads the smaller race let two rounds agree on a worse optimum; on one head and two
     ungated heads it reached the same optima as the larger one, at a quarter of the time);
-    the candidates race for ``race_iter = 10``
-    Levenberg–Marquardt iterations on ``race_samples = 256`` token matrices (each holds
-    ``N·d_out`` residuals, so 256 of them already pin a small layer down while a race step
-    stays cheap), the
-    ``n_starts`` best run to convergence on all the data; up to ``rounds = 4`` rounds,
+    the candidates race for ``race_iter = 10`` Levenberg–Marquardt iterations on
+    ``race_samples = 256`` token matrices (each holds ``N·d_out`` residuals, so 256 of them
+    already pin a small layer down while a race step stays cheap), the ``n_starts`` best run
+    to convergence on all the data; up to ``rounds = 4`` rounds,
     stopping once ``agree = 2`` independent rounds reach the best
     objective (within ``σ̂²/m``); no moves (the moves of the search redraw or reassign the
     experts of one entry's measure, which a layer does not have); ``signed=False`` (``W_O``
