@@ -7,7 +7,8 @@ C-ordered ``A`` the kernels keep. The routine is SciPy's (``scipy.linalg.cython_
 BLAS NumPy and SciPy already load), bound as an external symbol so that the kernels that call
 it stay cacheable (``cache=True``). One block is computed by one BLAS call, whose order of
 operations depends only on its sizes: the sums stay the same bits for any number of Numba
-threads as long as BLAS itself runs on one thread (the solvers' ``single_thread_blas``).
+threads. Callers run it with BLAS on one thread (``threads.single_thread_blas``): BLAS threads
+started inside Numba's workers only compete with them for the cores.
 """
 
 import llvmlite.binding as llvm

@@ -59,6 +59,7 @@ from numba import get_num_threads, njit, prange
 from .blas import SyrkArgs, syrk_upper
 from .lm_step import LMWorkspace
 from .objective import SERIAL_SAMPLES
+from .threads import single_thread_blas
 
 __all__ = [
     "layer_offsets",
@@ -464,10 +465,13 @@ def _run_sums(theta, X, y, offset, args, partial, n_threads):
     else:
         nthreads = get_num_threads() if n_threads is None else int(n_threads)
     nworkers = min(max(nthreads, 1), partial.shape[0])
-    if nworkers <= 1:
-        _sums_worker(0, 1, theta, X, y, offset, *args, partial)
-    else:
-        _sums_parallel(theta, X, y, offset, *args, partial, nworkers)
+    # each worker's dsyrk on one BLAS thread: BLAS threads inside Numba's made a pass 4x
+    # slower (n = 2000, P = 32, 2 + 2 threads on 2 cores); free inside the solvers' own limit
+    with single_thread_blas():
+        if nworkers <= 1:
+            _sums_worker(0, 1, theta, X, y, offset, *args, partial)
+        else:
+            _sums_parallel(theta, X, y, offset, *args, partial, nworkers)
 
 
 @njit(cache=True, error_model="numpy")
