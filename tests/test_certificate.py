@@ -154,3 +154,17 @@ def test_reading_a_study_does_not_load_numba():
                          timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "False"
+
+
+def test_diagnostics_extra_weight_is_a_dash_for_records_without_extra_atoms():
+    """Layer records have no extra atoms: the column says "-", not a mean of zeros."""
+    from hmoe_estim.study import fit_diagnostics, format_diagnostics
+
+    base = {"model": "a", "n": 100, "rep": 0, "converged": True, "fit_seconds": 0.1,
+            "worse_than_truth": False, "start_objectives": [1.0, 1.0]}
+    entry = fit_diagnostics([{**base, "extra_weight": 0.25}])
+    layer = fit_diagnostics([base])
+    assert entry["a"]["mean_extra_weight"] == 0.25
+    assert layer["a"]["mean_extra_weight"] is None
+    assert format_diagnostics(layer).splitlines()[-1].split()[-1] == "-"
+    assert format_diagnostics(entry).splitlines()[-1].split()[-1] == "0.250"

@@ -188,3 +188,24 @@ with warnings.catch_warnings():  # sklearn skips the 2-D checks with a SkipTestW
 @_SKLEARN_CHECKS
 def test_sklearn_parametrized_checks(estimator, check):
     check(estimator)
+
+
+@pytest.mark.parametrize("H, gate, starts, candidates", [
+    (1, "none", 2, 4), (1, "sdpa", 2, 4), (2, "none", 2, 4), (2, "value", 4, 32),
+    (3, "none", 4, 32)])
+def test_default_search_is_sized_by_the_layer(H, gate, starts, candidates):
+    """One head or two ungated heads: 2 starts from 4 candidates; else 4 from 32; a given
+    n_starts keeps the layer's candidates per start."""
+    truth = random_attention_layer(H, 2, 2, random_state=0)
+    X, Y = make_attention_regression(40, truth, n_tokens=2, gate=gate, noise=0.1,
+                                     random_state=1)
+    est = AttentionLayerRegressor(n_heads=H, gate=gate, max_iter=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X, Y)
+    assert (est.schedule_["n_starts"], est.schedule_["n_candidates"]) == (starts, candidates)
+    est.set_params(n_starts=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X, Y)
+    assert est.schedule_["n_candidates"] == candidates // starts

@@ -87,6 +87,8 @@ def test_layer_config_round_trip_and_preset():
      r"use models = \[\"sdpa\"\]"),
     ({"kind": "layers"}, r"kind must be one of \['entry', 'layer'\]"),
     ({"fit": {"varpro": "yes"}}, r"fit\.varpro must be \"auto\", true or false"),
+    ({"fit": {"n_starts": "many"}}, r"fit\.n_starts must be \"auto\" or an integer >= 1"),
+    ({"fit": {"n_starts": 0}}, r"fit\.n_starts"),
     ({"models": ["output"], "fit": {"varpro": True}}, r"Use fit\.varpro = \"auto\""),
 ])
 def test_bad_layer_config_says_what_to_fix(change, match):

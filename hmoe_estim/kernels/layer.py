@@ -465,8 +465,8 @@ def _run_sums(theta, X, y, offset, args, partial, n_threads):
     else:
         nthreads = get_num_threads() if n_threads is None else int(n_threads)
     nworkers = min(max(nthreads, 1), partial.shape[0])
-    # each worker's dsyrk on one BLAS thread: BLAS threads inside Numba's made a pass 4x
-    # slower (n = 2000, P = 32, 2 + 2 threads on 2 cores); free inside the solvers' own limit
+    # dsyrk on one BLAS thread: BLAS threads started inside Numba's workers only fight them
+    # for the cores (free inside the solvers' own limit)
     with single_thread_blas():
         if nworkers <= 1:
             _sums_worker(0, 1, theta, X, y, offset, *args, partial)

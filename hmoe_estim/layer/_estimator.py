@@ -117,14 +117,12 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     every knob given (its ``"auto"`` table is tuned for the per-entry models), sized by the
     layer (``layer_search_size``): ``n_starts = 2`` and ``n_candidates = 2·n_starts``
     for one head or two ungated heads, else ``n_starts = 4`` and ``n_candidates =
-    8·n_starts`` (each head, and each head's gate, adds basins: with two gated heads or three
-    heads the smaller race let two rounds agree on a worse optimum; on one head and two
-    ungated heads it reached the same optima as the larger one, at a quarter of the time);
-    the candidates race for ``race_iter = 10`` Levenberg–Marquardt iterations on
-    ``race_samples = 256`` token matrices (each holds ``N·d_out`` residuals, so 256 of them
-    already pin a small layer down while a race step stays cheap), the ``n_starts`` best run
-    to convergence on all the data; up to ``rounds = 4`` rounds,
-    stopping once ``agree = 2`` independent rounds reach the best
+    8·n_starts`` (each head, and each head's gate, adds basins that a small race can miss;
+    the measurements are in the release notes); the candidates race for ``race_iter = 10``
+    Levenberg–Marquardt iterations on ``race_samples = 256`` token matrices (each holds
+    ``N·d_out`` residuals, so 256 of them already pin a small layer down while a race step
+    stays cheap), the ``n_starts`` best run to convergence on all the data; up to
+    ``rounds = 4`` rounds, stopping once ``agree = 2`` independent rounds reach the best
     objective (within ``σ̂²/m``); no moves (the moves of the search redraw or reassign the
     experts of one entry's measure, which a layer does not have); ``signed=False`` (``W_O``
     is signed already). Starts (``LayerProblem.random_start``) are random layers scaled to
@@ -145,8 +143,7 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     it stays well-posed when head outputs are collinear or vanish; it moves the fit by about
     ``1e-14`` relative and is left out of ``objective_``. ``varpro=False`` (and G5) runs
     Levenberg–Marquardt on all weights; so does ``"auto"`` for MHA (``gate="none"``), where
-    the projection bought no time and one start of a three-head layer crept for 1000
-    iterations that the full problem converged in 3.
+    the projection does not pay and can creep along flat directions (release notes).
 
     **Scaling.** As :class:`~hmoe_estim.HMoERegressor`: the fit works on ``X / s_x`` and
     ``(Y − Ȳ) / s_y`` (``Ȳ``: the column means with an intercept, else 0), ``s_x`` and

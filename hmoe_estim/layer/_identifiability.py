@@ -83,7 +83,6 @@ __all__ = [
 
 #: Gates whose scores are bilinear in the tokens (``x_iᵀ P_h x_j``).
 _BILINEAR = ("none", "value", "sdpa", "output")
-#: Activations with ``φ(−z) = −φ(z)``.
 #: Relative size below which a vector or a singular value counts as zero.
 _ZERO = 1e-10
 

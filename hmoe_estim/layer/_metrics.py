@@ -66,9 +66,6 @@ LAYER_METRICS = ("regression_error", "P_error", "VO_error", "P_relative_error",
                  "VO_relative_error", "voronoi_loss", "entry_voronoi_loss")
 
 
-#: Activations with ``φ(−z) = −φ(z)``: their G1 and G2 channels have the sign symmetry.
-
-
 def _sign_symmetric(gate, activation, sign_symmetry="auto"):
     """Whether the channel sign flip ``(o, w) → (−o, −w)`` is quotiented (as in
     :func:`hmoe_estim.metrics.voronoi_loss`)."""

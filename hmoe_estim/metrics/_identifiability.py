@@ -83,7 +83,6 @@ __all__ = [
 
 #: ``φ(0)`` of each activation: ``φ(0) = 0`` makes zero experts contribute nothing.
 PHI_AT_ZERO = {"sigmoid": 0.5, "tanh": 0.0, "gelu": 0.0, "silu": 0.0}
-#: Odd activations (``φ(−z) = −φ(z)``).
 
 
 @dataclass

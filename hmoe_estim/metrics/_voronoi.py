@@ -51,8 +51,6 @@ __all__ = [
     "voronoi_loss",
 ]
 
-#: Activations with ``φ(−z) = −φ(z)``: their G1 and G2 channels have the sign symmetry.
-
 
 def sign_symmetric(gate, activation, sign_symmetry="auto"):
     """Whether the metrics quotient the channel sign flip ``(ω, a) -> (−ω, −a)``.

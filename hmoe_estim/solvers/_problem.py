@@ -21,8 +21,6 @@ from ..kernels import (
 
 __all__ = ["Problem", "has_sign_symmetry", "subsample_indices"]
 
-#: Odd activations: ``φ(−z) = −φ(z)``.
-
 
 def has_sign_symmetry(gate, activation):
     """True when ``(ω, a) → (−ω, −a)`` on one channel leaves ``f`` unchanged: the linear
