@@ -83,9 +83,12 @@ def test_jacobian_matches_central_differences(options, gate, activation):
         assert err < 1e-7, (H, rows, err)
 
 
+@pytest.mark.parametrize("H", [2, 1], ids=["H2-per-output", "H1-per-row"])
 @pytest.mark.parametrize("options, gate", FORMS, ids=_ids(FORMS))
-def test_gauss_newton_sums_equal_those_of_an_independent_jacobian(options, gate):
-    layer, layout, theta, X, args = _case(options, gate, "tanh", n=2, seed=3)
+def test_gauss_newton_sums_equal_those_of_an_independent_jacobian(options, gate, H):
+    # H = 1 (d_out = 3 > H·d_v = 2): the sums per token row (_sums_worker_wo) for every gate
+    # but "output"; H = 2: the sums per output
+    layer, layout, theta, X, args = _case(options, gate, "tanh", H=H, n=2, seed=3)
     y = np.random.default_rng(7).normal(size=X.shape[0] * 3 * 3)
     offset = 0.25
     # the Jacobian of the test's own NumPy pass, by central differences
@@ -111,6 +114,52 @@ def test_gauss_newton_sums_equal_those_of_an_independent_jacobian(options, gate)
         np.testing.assert_array_equal(u, v)
     np.testing.assert_array_equal(passes.values(theta), f)
     assert len(passes.workspace(theta.size)) == 7
+
+
+@pytest.mark.parametrize("rows", ["all", "last"])
+@pytest.mark.parametrize("intercept", [True, False])
+@pytest.mark.parametrize("options, gate", [f for f in FORMS if f[1] != "output"],
+                         ids=_ids([f for f in FORMS if f[1] != "output"]))
+def test_sums_per_row_equal_the_sums_per_output(options, gate, rows, intercept):
+    """The two ways to the Gauss–Newton sums of a layer linear in ``W_O`` agree: per output
+    (``_sums_worker``, ``J`` row by row) and per token row (``_sums_worker_wo``, through
+    ``W_O W_Oᵀ``), with ``d_out`` above and below ``H·d_v`` and a rank-deficient ``W_O``."""
+    from hmoe_estim.kernels import layer as kl
+
+    for H, dout, rank_one in ((1, 4, False), (2, 3, False), (1, 4, True)):
+        layer = random_attention_layer(H, 3, 2, d_out=dout, random_state=4,
+                                       fit_intercept=intercept, **options)
+        layout = layer.layout
+        theta = layout.pack(layer)
+        if rank_one:  # W_O W_Oᵀ singular: F from its eigenvectors keeps the null direction
+            oO = kl.layer_offsets(H, 3, 2, dout, layout.qk == "full", 0, intercept)[2]
+            W = theta[oO:oO + 2 * dout].reshape(2, dout)
+            W[1] = 0.5 * W[0]
+        X = np.random.default_rng(5).normal(size=(9, 3, 3))
+        args = layout.kernel_args(gate, "gelu", rows)
+        y = np.random.default_rng(6).normal(size=X.shape[0] * (1 if rows == "last" else 3)
+                                            * dout)
+        P = theta.size
+        per_output = np.zeros((kl.layer_chunks(9, P), P * P + 2 * P + 2))
+        per_row = np.zeros_like(per_output)
+        kl._sums_worker(0, 1, theta, X, y, 0.25, *args, per_output)
+        kl._sums_worker_wo(0, 1, theta, X, y, 0.25, *args, kl._wo_factor(theta, X, args),
+                           per_row)
+        a, b = kl._sums_total(per_output, P), kl._sums_total(per_row, P)
+        for u, v in zip(a, b):
+            np.testing.assert_allclose(v, u, rtol=1e-12, atol=1e-12 * np.max(np.abs(a[0])))
+
+
+def test_sums_per_row_report_a_non_finite_w_o():
+    layer, layout, theta, X, args = _case({}, "value", "sigmoid", H=1, n=4)
+    y = np.zeros(X.shape[0] * 3 * 3)
+    from hmoe_estim.kernels import layer as kl
+
+    assert kl._factored(X, args)
+    bad = theta.copy()
+    bad[kl.layer_offsets(1, 3, 2, 3, False, 0, True)[2]] = np.nan
+    *_, finite = LayerPasses(X, y, args).sums(bad, 0.0)
+    assert not finite
 
 
 #: Continuous gauges of one head (H = 1, N = 3, d = 3, d_v = 2, d_out = 3): the dimension of
@@ -182,9 +231,10 @@ import numpy as np
 from hmoe_estim.kernels import layer_jacobian, layer_sums
 from hmoe_estim.layer import random_attention_layer
 out = []
-for opts, gate in [({}, "key"), ({"qk": "full"}, "output"),
-                   ({"gate_form": "multiplicative", "granularity": "elementwise"}, "sdpa")]:
-    layer = random_attention_layer(2, 3, 2, random_state=0, fit_intercept=True, **opts)
+for H, opts, gate in [(2, {}, "key"), (2, {"qk": "full"}, "output"),
+                      (2, {"gate_form": "multiplicative", "granularity": "elementwise"}, "sdpa"),
+                      (1, {"gate_form": "multiplicative"}, "sdpa")]:
+    layer = random_attention_layer(H, 3, 2, random_state=0, fit_intercept=True, **opts)
     X = np.random.default_rng(1).normal(size=(3, 3, 3))
     y = np.random.default_rng(2).normal(size=27)
     args = layer.layout.kernel_args(gate, "gelu", "all")
@@ -200,10 +250,12 @@ def test_interpreted_layer_kernel_matches_compiled():
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
     proc = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True,
                           text=True, check=True)
-    cases = [({}, "key"), ({"qk": "full"}, "output"),
-             ({"gate_form": "multiplicative", "granularity": "elementwise"}, "sdpa")]
-    for (opts, gate), (f, J, A, g, ssr) in zip(cases, json.loads(proc.stdout)):
-        layer = random_attention_layer(2, 3, 2, random_state=0, fit_intercept=True, **opts)
+    # the last case (one head, d_out > H·d_v) takes the sums per token row
+    cases = [(2, {}, "key"), (2, {"qk": "full"}, "output"),
+             (2, {"gate_form": "multiplicative", "granularity": "elementwise"}, "sdpa"),
+             (1, {"gate_form": "multiplicative"}, "sdpa")]
+    for (H, opts, gate), (f, J, A, g, ssr) in zip(cases, json.loads(proc.stdout)):
+        layer = random_attention_layer(H, 3, 2, random_state=0, fit_intercept=True, **opts)
         X = np.random.default_rng(1).normal(size=(3, 3, 3))
         y = np.random.default_rng(2).normal(size=27)
         args = layer.layout.kernel_args(gate, "gelu", "all")

@@ -98,8 +98,9 @@ def test_noiseless_recovery_with_varpro(gate):
     assert est.objective_ < 1e-18
 
 
-def test_gauss_newton_sums_same_bits_on_one_and_two_threads():
-    truth = random_attention_layer(2, 3, 2, random_state=0)
+@pytest.mark.parametrize("H", [2, 1], ids=["per-output", "per-row"])
+def test_gauss_newton_sums_same_bits_on_one_and_two_threads(H):
+    truth = random_attention_layer(H, 3, 2, random_state=0)
     X, Y = make_attention_regression(700, truth, n_tokens=4, noise=0.1, random_state=1)
     args = truth.layout.kernel_args("value", "sigmoid", "all")
     theta = truth.layout.pack(truth) + 0.05

@@ -45,8 +45,15 @@ entry ``(i − i0)·d_out + c``.
 about 256 Jacobian rows, :mod:`hmoe_estim.kernels.blas`),
 ``Jᵀr``, ``Σ r²``, ``Σ J`` and ``Σ r`` in chunks of samples (:func:`layer_chunks`: their
 number depends only on ``n`` and ``P``), on Numba's threads, and adds the chunks in order: the
-result does not depend on the thread count. :func:`layer_heads` returns the head outputs
-``Φ`` (the variable projection of ``hmoe_estim.layer`` solves ``W_O`` from them).
+result does not depend on the thread count. A layer linear in ``W_O`` (every gate but G5)
+with more output columns than head channels (``d_out > H·d_v``) is summed per token row
+instead of per output: the Jacobian row of output ``(i, c)`` is ``[W_O[:, c]ᵀ D_i | e_c ⊗
+(o_i, 1)]`` with ``D_i = ∂o_i/∂β`` (``β``: every weight but ``W_O`` and ``b``), so
+``J_βᵀJ_β = Σ_i D_iᵀ W_O W_Oᵀ D_i`` takes ``H·d_v`` rows per token row (``F D_i``,
+``FᵀF = W_O W_Oᵀ``) instead of ``d_out``, and the ``W_O`` blocks follow from ``Σ_i o_i
+o_iᵀ`` and ``Σ_i D_iᵀ ⊗ o_i`` (:func:`_sums_worker_wo`). :func:`layer_heads` returns the
+head outputs ``Φ`` (the variable projection of ``hmoe_estim.layer`` solves ``W_O`` from
+them).
 :class:`LayerPasses` sets these passes up once per data set for the solvers, with the
 protocol of :class:`~hmoe_estim.kernels.KernelPasses`.
 """
@@ -416,6 +423,257 @@ def _sums_worker(wk, nworkers, theta, X, y, offset, H, dv, dout, full, gate, act
         partial[c, :] = acc
 
 
+@njit(cache=True)
+def _head_columns(H, d, dv, full, theta_kind, oK, oV, oT):
+    """``theta`` index of each parameter of the factored sums, head by head: head ``h``'s
+    block ``[Q | K | V | W_θ]`` (``[P | V | W_θ]`` for full Q/K), each in ``theta``'s order."""
+    qk = d * d if full else 2 * d * dv
+    tb = d if theta_kind == 1 else (d * dv if theta_kind == 2 else 0)
+    width = qk + d * dv + tb
+    cols = np.empty(H * width, dtype=np.int64)
+    for h in range(H):
+        b = h * width
+        if full:
+            for ll in range(d * d):
+                cols[b + ll] = h * d * d + ll
+        else:
+            for ll in range(d * dv):
+                cols[b + ll] = h * d * dv + ll
+                cols[b + d * dv + ll] = oK + h * d * dv + ll
+        for ll in range(d * dv):
+            cols[b + qk + ll] = oV + h * d * dv + ll
+        for ll in range(tb):
+            cols[b + qk + d * dv + ll] = oT + h * tb + ll
+    return cols, width
+
+
+@njit(cache=True, error_model="numpy")
+def _head_derivatives(h, a, x, i0, N, d, dv, full, theta_kind, inv_r, hb, g, D, GV, kap,
+                      tmp):
+    """Rows ``D[h·d_v + e] = ∂o_ae/∂(head h's block)`` of row ``a`` (the module docstring's
+    derivatives with ``γ W_O[e, c]`` left out), in :func:`_head_columns`' order. ``hb`` is
+    indexed, not sliced: a view per call costs more than the arithmetic at these sizes."""
+    # hb: 0 Q̃, 1 Q̃', 2 K̃, 3 K̃', 4 ṽ, 5 ψ', 6 u, 8 λ, 10 m'
+    i = i0 + a
+    qk = d * d if full else 2 * d * dv
+    lv = qk
+    lt = qk + d * dv
+    for p in range(d):
+        for e in range(dv):
+            s = 0.0
+            for j in range(N):
+                s += g[h, a, j] * hb[5, h, j, e] * x[j, p]
+            GV[p * dv + e] = s
+    for e in range(dv):
+        k = h * dv + e
+        for ll in range(D.shape[1]):
+            D[k, ll] = 0.0
+        lv_e = hb[8, h, a, e]
+        for p in range(d):
+            D[k, lv + p * dv + e] = lv_e * GV[p * dv + e]
+        ue = hb[6, h, a, e]
+        for j in range(N):
+            kap[j] = g[h, a, j] * (hb[4, h, j, e] - ue)
+        if full:
+            for q in range(d):
+                s = 0.0
+                for j in range(N):
+                    s += kap[j] * x[j, q]
+                tmp[q] = s
+            for p in range(d):
+                t = lv_e * x[i, p]
+                for q in range(d):
+                    D[k, p * d + q] = t * tmp[q]
+        else:
+            for e2 in range(dv):
+                s = 0.0
+                for j in range(N):
+                    s += kap[j] * hb[2, h, j, e2]
+                tmp[e2] = s * hb[1, h, i, e2] * inv_r * lv_e
+            for p in range(d):
+                for e2 in range(dv):
+                    D[k, p * dv + e2] = x[i, p] * tmp[e2]
+            for e2 in range(dv):
+                qe = hb[0, h, i, e2] * inv_r * lv_e
+                for p in range(d):
+                    s = 0.0
+                    for j in range(N):
+                        s += kap[j] * hb[3, h, j, e2] * x[j, p]
+                    D[k, d * dv + p * dv + e2] = qe * s
+        if theta_kind == 1:
+            t = ue * hb[10, h, a, 0]
+            for p in range(d):
+                D[k, lt + p] = t * x[i, p]
+        elif theta_kind == 2:
+            t = ue * hb[10, h, a, e]
+            for p in range(d):
+                D[k, lt + p * dv + e] = t * x[i, p]
+
+
+@njit(cache=True, error_model="numpy")
+def _sums_worker_wo(wk, nworkers, theta, X, y, offset, H, dv, dout, full, gate, act,
+                    theta_kind, intercept, last, F, partial):
+    """:func:`_sums_worker` for a layer linear in ``W_O`` (every gate but ``"output"``),
+    with the same chunks and the same layout of ``partial``.
+
+    The Jacobian row of output ``(a, c)`` is ``[W_O[:, c]ᵀ D_a | e_c ⊗ õ_a]``: ``D_a``
+    (``H·d_v`` rows, :func:`_head_derivatives`) holds the derivatives of the head outputs
+    ``o_a`` of row ``a``, ``õ_a = (o_a, 1)`` with the intercept. So the sums come per row
+    ``a`` instead of per output: ``Σ_a D_aᵀ W_O W_Oᵀ D_a`` by ``dsyrk`` on the rows
+    ``F D_a`` (``FᵀF = W_O W_Oᵀ``, ``F`` from the caller: ``min(H·d_v, d_out)`` rows), the
+    ``W_O`` block from ``Σ_a õ_a õ_aᵀ`` (the same for every column ``c``), the cross block
+    from ``Σ_a D_aᵀ ⊗ õ_a`` contracted with ``W_O`` once per chunk."""
+    n, N, d = X.shape
+    i0 = N - 1 if last else 0
+    R = N - i0
+    oK, oV, oO, oT, oB, P = layer_offsets(H, d, dv, dout, full, theta_kind, intercept)
+    cols, Wh = _head_columns(H, d, dv, full, theta_kind, oK, oV, oT)
+    Pin = H * Wh
+    K = H * dv
+    Kt = K + 1 if intercept else K
+    r = F.shape[0]
+    inv_r = 1.0 / math.sqrt(dv)
+    W = np.empty((K, dout))
+    for k in range(K):
+        for c in range(dout):
+            W[k, c] = theta[oO + k * dout + c]
+    wsum = np.zeros(K)
+    for k in range(K):
+        for c in range(dout):
+            wsum[k] += W[k, c]
+    hb, g, zg, scratch = _workspace(H, N, d, dv, dout, R)
+    Jnone = np.empty((0, 0))
+    w = R * dout
+    B = max(1, _ROWS_PER_BLOCK // max(R * r, 1))
+    Rb = np.empty((B * R * r, Pin))
+    fb = np.empty(w)
+    D = np.empty((K, Wh))
+    ot = np.empty(Kt)
+    wr = np.empty(K)
+    rr = np.empty(dout)
+    GV = np.empty(d * dv)
+    kap = np.empty(N)
+    tmp = np.empty(max(d, dv))
+    ints, dbl, chars = SyrkArgs()
+    Ain = np.empty((Pin, Pin))
+    T = np.empty((K, Kt, Wh))  # Σ_a D_a[k, l] õ_a[kk]
+    Dsum = np.empty((K, Wh))
+    Jin = np.empty(Pin)
+    Go = np.empty((Kt, Kt))
+    JrO = np.empty((Kt, dout))
+    osum = np.empty(Kt)
+    acc = np.empty(partial.shape[1])
+    A = acc[:P * P].reshape((P, P))
+    nchunks = partial.shape[0]
+    for ch in range(wk, nchunks, nworkers):
+        Ain[:, :] = 0.0
+        T[:, :, :] = 0.0
+        Dsum[:, :] = 0.0
+        Jin[:] = 0.0
+        Go[:, :] = 0.0
+        JrO[:, :] = 0.0
+        osum[:] = 0.0
+        ssr = 0.0
+        rsum = 0.0
+        s1 = (ch + 1) * n // nchunks
+        s = ch * n // nchunks
+        while s < s1:
+            nb = min(B, s1 - s)
+            for t in range(nb):
+                x = X[s + t]
+                _sample(theta, x, H, N, d, dv, dout, full, gate, act, theta_kind, intercept,
+                        i0, False, fb, Jnone, hb, g, zg, scratch)
+                for a in range(R):
+                    base = (s + t) * w + a * dout
+                    for c in range(dout):
+                        rk = fb[a * dout + c] + offset - y[base + c]
+                        rr[c] = rk
+                        ssr += rk * rk
+                        rsum += rk
+                    for h in range(H):
+                        _head_derivatives(h, a, x, i0, N, d, dv, full, theta_kind, inv_r, hb,
+                                          g, D, GV, kap, tmp)
+                        for e in range(dv):
+                            ot[h * dv + e] = hb[7, h, a, e]
+                    if intercept:
+                        ot[K] = 1.0
+                    for k in range(K):
+                        sw = 0.0
+                        for c in range(dout):
+                            sw += W[k, c] * rr[c]
+                        wr[k] = sw
+                    # rows F D_a of the dsyrk block; Jᵀr, ΣJ and the cross sums
+                    rb = (t * R + a) * r
+                    for i in range(r):
+                        for h in range(H):
+                            for ll in range(Wh):
+                                sv = 0.0
+                                for e in range(dv):
+                                    sv += F[i, h * dv + e] * D[h * dv + e, ll]
+                                Rb[rb + i, h * Wh + ll] = sv
+                    for h in range(H):
+                        for e in range(dv):
+                            k = h * dv + e
+                            wk_ = wr[k]
+                            for ll in range(Wh):
+                                Dk = D[k, ll]
+                                Jin[h * Wh + ll] += wk_ * Dk
+                                Dsum[k, ll] += Dk
+                            for kk in range(Kt):
+                                okk = ot[kk]
+                                for ll in range(Wh):
+                                    T[k, kk, ll] += D[k, ll] * okk
+                    for kk in range(Kt):
+                        okk = ot[kk]
+                        osum[kk] += okk
+                        for k2 in range(kk, Kt):
+                            Go[kk, k2] += okk * ot[k2]
+                        for c in range(dout):
+                            JrO[kk, c] += rr[c] * okk
+            syrk_upper(Ain, Rb, nb * R * r, ints, dbl, chars)
+            s += nb
+        # the chunk's sums in theta's order (upper triangle of A)
+        acc[:] = 0.0
+        for q1 in range(Pin):
+            t1 = cols[q1]
+            for q2 in range(q1, Pin):
+                t2 = cols[q2]
+                if t1 <= t2:
+                    A[t1, t2] = Ain[q1, q2]
+                else:
+                    A[t2, t1] = Ain[q1, q2]
+        for h in range(H):
+            for ll in range(Wh):
+                q = h * Wh + ll
+                t1 = cols[q]
+                acc[P * P + t1] = Jin[q]
+                cs = 0.0
+                for e in range(dv):
+                    cs += wsum[h * dv + e] * Dsum[h * dv + e, ll]
+                acc[P * P + P + 1 + t1] = cs
+                for kk in range(Kt):
+                    for c in range(dout):
+                        sv = 0.0
+                        for e in range(dv):
+                            sv += W[h * dv + e, c] * T[h * dv + e, kk, ll]
+                        t2 = oO + kk * dout + c if kk < K else oB + c
+                        if t1 <= t2:
+                            A[t1, t2] = sv
+                        else:
+                            A[t2, t1] = sv
+        for c in range(dout):
+            for kk in range(Kt):
+                t1 = oO + kk * dout + c if kk < K else oB + c
+                for k2 in range(kk, Kt):
+                    t2 = oO + k2 * dout + c if k2 < K else oB + c
+                    A[t1, t2] = Go[kk, k2]
+                acc[P * P + t1] = JrO[kk, c]
+                acc[P * P + P + 1 + t1] = osum[kk]
+        acc[P * P + P] = ssr
+        acc[P * P + 2 * P + 1] = rsum
+        partial[ch, :] = acc
+
+
 @njit(cache=True, parallel=True)
 def _sums_parallel(theta, X, y, offset, H, dv, dout, full, gate, act, theta_kind, intercept,
                    last, partial, nthreads):
@@ -425,13 +683,55 @@ def _sums_parallel(theta, X, y, offset, H, dv, dout, full, gate, act, theta_kind
                      theta_kind, intercept, last, partial)
 
 
-def _sums_total(partial, P):
-    """``(JᵀJ, Jᵀr, Σr², ΣJ, Σr)`` from the chunks' partial sums, added in chunk order."""
+@njit(cache=True, parallel=True)
+def _sums_parallel_wo(theta, X, y, offset, H, dv, dout, full, gate, act, theta_kind,
+                      intercept, last, F, partial, nthreads):
+    nworkers = min(nthreads, partial.shape[0])
+    for wk in prange(nworkers):
+        _sums_worker_wo(wk, nworkers, theta, X, y, offset, H, dv, dout, full, gate, act,
+                        theta_kind, intercept, last, F, partial)
+
+
+def _factored(X, args):
+    """Whether :func:`_sums_worker_wo` serves the sums: a layer linear in ``W_O`` (every gate
+    but ``"output"``) with more output columns than head channels (``d_out > H·d_v``), where
+    its ``dsyrk`` takes ``H·d_v`` rows per token row instead of ``d_out``. With
+    ``d_out <= H·d_v`` it takes as many rows, and forming ``D_a`` costs more than it saves."""
+    H, dv, dout, gate = args[0], args[1], args[2], args[4]
+    return gate != _OUTPUT and dout > H * dv
+
+
+def _wo_factor(theta, X, args):
+    """``F`` with ``FᵀF = W_O W_Oᵀ`` for :func:`_sums_worker_wo`: ``W_Oᵀ`` (``d_out`` rows)
+    when ``d_out <= H·d_v``, else ``Λ^½ Uᵀ`` from ``W_O W_Oᵀ = U Λ Uᵀ`` (``H·d_v`` rows)."""
+    H, dv, dout, full, gate, act, theta_kind, intercept, last = args
+    oO = layer_offsets(H, X.shape[2], dv, dout, full, theta_kind, intercept)[2]
+    K = H * dv
+    W = theta[oO:oO + K * dout].reshape(K, dout)
+    if dout <= K or not np.isfinite(W).all():  # non-finite: the sums say so
+        return np.ascontiguousarray(W.T)
+    lam, U = np.linalg.eigh(W @ W.T)
+    return np.ascontiguousarray(np.sqrt(np.maximum(lam, 0.0))[:, None] * U.T)
+
+
+@njit(cache=True)
+def _add_chunks(partial, P):
+    """The chunks' partial sums added in chunk order, ``JᵀJ``'s lower triangle filled from
+    its upper one."""
     total = partial[0].copy()
     for c in range(1, partial.shape[0]):
-        total += partial[c]
+        for k in range(total.size):
+            total[k] += partial[c, k]
+    for p in range(P):
+        for q in range(p):
+            total[p * P + q] = total[q * P + p]
+    return total
+
+
+def _sums_total(partial, P):
+    """``(JᵀJ, Jᵀr, Σr², ΣJ, Σr)`` from the chunks' partial sums, added in chunk order."""
+    total = _add_chunks(partial, P)
     A = total[:P * P].reshape(P, P)
-    A = np.triu(A) + np.triu(A, 1).T
     return (A, total[P * P:P * P + P], float(total[P * P + P]),
             total[P * P + P + 1:P * P + 2 * P + 1], float(total[P * P + 2 * P + 1]))
 
@@ -468,7 +768,13 @@ def _run_sums(theta, X, y, offset, args, partial, n_threads):
     # dsyrk on one BLAS thread: BLAS threads started inside Numba's workers only fight them
     # for the cores (free inside the solvers' own limit)
     with single_thread_blas():
-        if nworkers <= 1:
+        if _factored(X, args):
+            F = _wo_factor(theta, X, args)
+            if nworkers <= 1:
+                _sums_worker_wo(0, 1, theta, X, y, offset, *args, F, partial)
+            else:
+                _sums_parallel_wo(theta, X, y, offset, *args, F, partial, nworkers)
+        elif nworkers <= 1:
             _sums_worker(0, 1, theta, X, y, offset, *args, partial)
         else:
             _sums_parallel(theta, X, y, offset, *args, partial, nworkers)
