@@ -40,7 +40,7 @@ of the search and are not boxed.
 import math
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg.lapack import dpotrf, dpotrs
 
 from ._problem import LayerProblem
 
@@ -163,6 +163,25 @@ class VarProLayerProblem(LayerProblem):
         return self.passes().sums(beta, 0.0)[0]
 
 
+
+def _cholesky(A):
+    """The upper Cholesky factor of ``A`` (LAPACK ``dpotrf``, as ``scipy.linalg.cho_factor``
+    computes it, without its checks: these solves run once per iteration);
+    ``LinAlgError`` when ``A`` is not positive definite in floating point."""
+    c, info = dpotrf(A, lower=0, clean=0)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dpotrf: info {info}")
+    return c
+
+
+def _solve(c, b):
+    """``A⁻¹ b`` from the factor of :func:`_cholesky` (``dpotrs``)."""
+    x, info = dpotrs(c, b, lower=0)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dpotrs: info {info}")
+    return x
+
+
 class VarProPasses:
     """The passes of a Levenberg–Marquardt iteration on the reduced problem, with the
     protocol of :class:`~hmoe_estim.kernels.LayerPasses`: ``n`` (data residuals), ``floor``,
@@ -204,6 +223,11 @@ class VarProPasses:
         nW = self.K * dout
         out = np.empty(self.n + nW + self.n_params)
         last = {"beta": None}
+        # index arrays of the blocks, made once (each iteration takes the blocks)
+        ix_ww, ix_bw, ix_bb = (np.ix_(self.lin, self.lin), np.ix_(self.bidx, self.lin),
+                               np.ix_(self.bidx, self.bidx))
+        diag_t, diag_w, diag_b = (np.arange(self.Kt), np.arange(self.lin.size),
+                                  np.arange(self.bidx.size))
 
         def solve(beta):
             """``theta`` with ``W̃(β)`` (cached for the last ``β``)."""
@@ -214,13 +238,13 @@ class VarProPasses:
             layer_heads(theta, X, *args, heads)
             Phi[:, :self.K] = heads
             G = Phi.T @ Phi
-            G[np.diag_indices_from(G)] += self.ridge_rows
+            G[diag_t, diag_t] += self.ridge_rows
             B = Phi.T @ self.Yd
             if not (np.isfinite(G).all() and np.isfinite(B).all()):
                 W = np.full(B.shape, np.nan)  # the solvers reject the point
             else:
                 try:
-                    W = cho_solve(cho_factor(G, check_finite=False), B, check_finite=False)
+                    W = _solve(_cholesky(G), B)
                 except np.linalg.LinAlgError:  # singular in rounding despite the ridge
                     W = np.linalg.lstsq(G, B, rcond=None)[0]
             theta[self.lin] = W.ravel()
@@ -244,24 +268,24 @@ class VarProPasses:
             A, g, ssr, _, _, finite = self.full.sums(t, 0.0)
             lin, bidx = self.lin, self.bidx
             Wf = t[lin]
-            Aww = A[np.ix_(lin, lin)]
-            Aww[np.diag_indices_from(Aww)] += self.ridge_flat
+            Aww = A[ix_ww]
+            Aww[diag_w, diag_w] += self.ridge_flat
             gw = g[lin] + self.ridge_flat * Wf
-            Abw = A[np.ix_(bidx, lin)]
+            Abw = A[ix_bw]
             ssr = ssr + float(self.ridge_flat.dot(Wf * Wf)) + float(self.pen.dot(beta * beta))
             if not (finite and math.isfinite(ssr)):  # the solver rejects the point
                 P = bidx.size
                 return np.zeros((P, P)), np.zeros(P), ssr, np.zeros(P), 0.0, False
             try:
-                c = cho_factor(Aww, check_finite=False)
-                T = cho_solve(c, Abw.T, check_finite=False)
-                u = cho_solve(c, gw, check_finite=False)
+                c = _cholesky(Aww)
+                T = _solve(c, Abw.T)
+                u = _solve(c, gw)
             except (np.linalg.LinAlgError, ValueError):
                 T = np.linalg.lstsq(Aww, Abw.T, rcond=None)[0]
                 u = np.linalg.lstsq(Aww, gw, rcond=None)[0]
-            Ar = A[np.ix_(bidx, bidx)] - Abw @ T
+            Ar = A[ix_bb] - Abw @ T
             Ar = 0.5 * (Ar + Ar.T)
-            Ar[np.diag_indices_from(Ar)] += self.pen
+            Ar[diag_b, diag_b] += self.pen
             gr = g[bidx] - Abw @ u + self.pen * beta
             finite = bool(finite and math.isfinite(ssr) and np.isfinite(Ar).all()
                           and np.isfinite(gr).all())
