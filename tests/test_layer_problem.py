@@ -86,3 +86,35 @@ def test_search_fits_a_layer_problem():
     fit = problem.layout.unpack(best.theta)
     assert np.linalg.norm(fit.P_ - truth.P_) < 1e-7
     assert np.linalg.norm(fit.VO_ - truth.VO_) < 1e-7
+
+
+@pytest.mark.parametrize("n, threads", [(100, 1), (1400, 2)])
+def test_lm_threads_count_a_layers_residuals(n, threads):
+    """The LM runs its kernels on one thread below ``LM_SERIAL_BELOW`` residuals: a layer's
+    token matrix holds ``N·d_out`` of them (here 6), so 1400 samples (8400 residuals) use the
+    threads that 1400 entries of an HMoE would not."""
+    import numba
+
+    from hmoe_estim.kernels import numba_threads
+    from hmoe_estim.solvers._lm import LM_SERIAL_BELOW, run_lm_starts
+
+    truth, problem = _problem("value", n=n)
+    assert (problem.n_residuals >= LM_SERIAL_BELOW) == (threads == 2)
+    seen = []
+    make = problem.passes
+
+    def passes():
+        p = make()
+        sums = p.sums
+
+        def counted(theta, offset):
+            seen.append(numba.get_num_threads())
+            return sums(theta, offset)
+
+        p.sums = counted
+        return p
+
+    problem.passes = passes
+    with numba_threads(2):
+        run_lm_starts([problem.random_start(np.random.RandomState(0))], problem, max_iter=1)
+    assert seen and set(seen) == {threads}
