@@ -88,18 +88,19 @@ def test_search_fits_a_layer_problem():
     assert np.linalg.norm(fit.VO_ - truth.VO_) < 1e-7
 
 
-@pytest.mark.parametrize("n, threads", [(100, 1), (1400, 2)])
+@pytest.mark.parametrize("n, threads", [(300, 1), (400, 2)])
 def test_lm_threads_count_a_layers_residuals(n, threads):
-    """The LM runs its kernels on one thread below ``LM_SERIAL_BELOW`` residuals: a layer's
-    token matrix holds ``N·d_out`` of them (here 6), so 1400 samples (8400 residuals) use the
-    threads that 1400 entries of an HMoE would not."""
+    """The LM runs a layer's kernels on Numba's threads from ``serial_below`` residuals on
+    (the layer kernel's own ``SERIAL_SAMPLES``; a token matrix holds ``N·d_out`` = 6 of
+    them), far below the ``LM_SERIAL_BELOW`` samples of an HMoE entry."""
     import numba
 
-    from hmoe_estim.kernels import numba_threads
+    from hmoe_estim.kernels import SERIAL_SAMPLES, numba_threads
     from hmoe_estim.solvers._lm import LM_SERIAL_BELOW, run_lm_starts
 
     truth, problem = _problem("value", n=n)
-    assert (problem.n_residuals >= LM_SERIAL_BELOW) == (threads == 2)
+    assert problem.serial_below == SERIAL_SAMPLES < LM_SERIAL_BELOW
+    assert (problem.n_residuals >= SERIAL_SAMPLES) == (threads == 2)
     seen = []
     make = problem.passes
 

@@ -98,6 +98,28 @@ def test_noiseless_recovery_with_varpro(gate):
     assert est.objective_ < 1e-18
 
 
+def test_forward_passes_same_bits_on_one_and_two_threads():
+    from hmoe_estim.kernels import layer_heads, layer_values
+
+    truth = random_attention_layer(2, 3, 2, random_state=0)
+    X, _ = make_attention_regression(700, truth, n_tokens=4, noise=0.1, random_state=1)
+    theta = truth.layout.pack(truth)
+    for gate in ("none", "sdpa"):
+        args = truth.layout.kernel_args(gate, "sigmoid", "all")
+        out = {}
+        for k in (1, 2):  # 700·4·3 outputs: on two threads above SERIAL_SAMPLES
+            with numba_threads(k):
+                out[k] = (layer_values(theta, X, *args, np.empty(700 * 4 * 3)),
+                          layer_heads(theta, X, *args, np.empty((700 * 4, 4))))
+        for a, b in zip(out[1], out[2]):
+            np.testing.assert_array_equal(a, b)
+        Phi = out[1][1].reshape(700, 4, 4)
+        if gate == "none":  # the output is Φ W_O
+            W = truth.layout.unpack(theta).W_O.reshape(4, 3)
+            np.testing.assert_allclose(out[1][0].reshape(700, 4, 3), Phi @ W, rtol=1e-12,
+                                       atol=1e-12)
+
+
 @pytest.mark.parametrize("H", [2, 1], ids=["per-output", "per-row"])
 def test_gauss_newton_sums_same_bits_on_one_and_two_threads(H):
     truth = random_attention_layer(H, 3, 2, random_state=0)

@@ -27,6 +27,7 @@ _LAZY = {
     "objective_and_gradient": "objective",
     "penalty_weights": "objective",
     "kernel_threads": "objective",
+    "SERIAL_SAMPLES": "objective",
     "gauss_newton_sums": "jacobian",
     "sum_of_squares": "jacobian",
     "jacobian_matrix": "jacobian",

@@ -316,18 +316,58 @@ def _sample(theta, x, H, N, d, dv, dout, full, gate, act, theta_kind, intercept,
 
 
 @njit(cache=True, error_model="numpy")
-def layer_values(theta, X, H, dv, dout, full, gate, act, theta_kind, intercept, last, out):
-    """Predictions of the samples ``X`` (n×N×d) into ``out`` (n·R·d_out, row-major over
-    samples, rows, columns); ``R = 1`` when ``last``, else ``N``."""
+def _forward_range(theta, X, s0, s1, H, dv, dout, full, gate, act, theta_kind, intercept,
+                   last, out, heads):
+    """Samples ``s0 … s1 − 1`` of :func:`layer_values` (into ``out``) or, when ``heads`` has
+    rows, of :func:`layer_heads` (into ``heads``)."""
     n, N, d = X.shape
     i0 = N - 1 if last else 0
     R = N - i0
     hb, g, zg, scratch = _workspace(H, N, d, dv, dout, R)
     J = np.empty((0, 0))
     w = R * dout
-    for s in range(n):
-        _sample(theta, X[s], H, N, d, dv, dout, full, gate, act, theta_kind, intercept, i0,
-                False, out[s * w:(s + 1) * w], J, hb, g, zg, scratch)
+    f = np.empty(w)
+    want_heads = heads.shape[0] > 0
+    for s in range(s0, s1):
+        if want_heads:
+            _sample(theta, X[s], H, N, d, dv, dout, full, gate, act, theta_kind, intercept,
+                    i0, False, f, J, hb, g, zg, scratch)
+            for a in range(R):
+                for h in range(H):
+                    for e in range(dv):
+                        heads[s * R + a, h * dv + e] = hb[7, h, a, e]
+        else:
+            _sample(theta, X[s], H, N, d, dv, dout, full, gate, act, theta_kind, intercept,
+                    i0, False, out[s * w:(s + 1) * w], J, hb, g, zg, scratch)
+
+
+@njit(cache=True, parallel=True)
+def _forward_parallel(theta, X, H, dv, dout, full, gate, act, theta_kind, intercept, last,
+                      out, heads, nchunks):
+    n = X.shape[0]
+    for c in prange(nchunks):  # samples are independent: the same numbers on any thread
+        _forward_range(theta, X, c * n // nchunks, (c + 1) * n // nchunks, H, dv, dout, full,
+                       gate, act, theta_kind, intercept, last, out, heads)
+
+
+def _forward(theta, X, args, out, heads):
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    n, N = X.shape[0], X.shape[1]
+    R = 1 if args[8] else N
+    nthreads = get_num_threads()
+    if nthreads > 1 and n * R * args[2] >= SERIAL_SAMPLES:
+        _forward_parallel(theta, X, *args, out, heads, min(n, 8 * nthreads))
+    else:
+        _forward_range(theta, X, 0, n, *args, out, heads)
+
+
+def layer_values(theta, X, H, dv, dout, full, gate, act, theta_kind, intercept, last, out):
+    """Predictions of the samples ``X`` (n×N×d) into ``out`` (n·R·d_out, row-major over
+    samples, rows, columns); ``R = 1`` when ``last``, else ``N``. On Numba's threads from
+    ``SERIAL_SAMPLES`` outputs on (each sample on its own: the same numbers on any number of
+    threads)."""
+    _forward(theta, X, (H, dv, dout, full, gate, act, theta_kind, intercept, last), out,
+             np.empty((0, 0)))
     return out
 
 
@@ -780,26 +820,13 @@ def _run_sums(theta, X, y, offset, args, partial, n_threads):
             _sums_parallel(theta, X, y, offset, *args, partial, nworkers)
 
 
-@njit(cache=True, error_model="numpy")
 def layer_heads(theta, X, H, dv, dout, full, gate, act, theta_kind, intercept, last, out):
     """The head outputs ``Φ`` (``o_ie`` of the module docstring) of the samples ``X`` into
     ``out`` of shape (n·R, H·d_v): row ``s·R + a`` (sample ``s``, row ``i = i0 + a``), column
     ``h·d_v + e``. For every gate but ``"output"``, the layer's output is ``Φ W_O + b`` with
-    ``W_O`` read as the ``(H·d_v) × d_out`` matrix."""
-    n, N, d = X.shape
-    i0 = N - 1 if last else 0
-    R = N - i0
-    hb, g, zg, scratch = _workspace(H, N, d, dv, dout, R)
-    J = np.empty((0, 0))
-    f = np.empty(R * dout)
-    o = hb[7]
-    for s in range(n):
-        _sample(theta, X[s], H, N, d, dv, dout, full, gate, act, theta_kind, intercept, i0,
-                False, f, J, hb, g, zg, scratch)
-        for a in range(R):
-            for h in range(H):
-                for e in range(dv):
-                    out[s * R + a, h * dv + e] = o[h, a, e]
+    ``W_O`` read as the ``(H·d_v) × d_out`` matrix. Threads as :func:`layer_values`."""
+    _forward(theta, X, (H, dv, dout, full, gate, act, theta_kind, intercept, last),
+             np.empty(0), out)
     return out
 
 

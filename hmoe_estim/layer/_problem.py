@@ -98,6 +98,15 @@ class LayerProblem:
     def n_residuals(self):
         return self.y.size
 
+    #: Residuals below which the solvers run the kernels on one thread: the layer kernel's
+    #: own threshold (``kernels.objective.SERIAL_SAMPLES``): a residual of a layer costs tens
+    #: of times one of an HMoE entry, so a race's subsample already pays for a thread.
+    @property
+    def serial_below(self):
+        from ..kernels import SERIAL_SAMPLES
+
+        return SERIAL_SAMPLES
+
     def _copy(self, **changes):
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)

@@ -286,8 +286,10 @@ def _run_one(theta0, passes, y, lower, upper, kwargs):
 
 def _run_batch(starts, per_start, problem, n_threads):
     """:func:`_run_one` for each start, with the Numba thread count set once for the batch."""
-    # in residuals: a layer's sample (a token matrix) holds several
-    if int(getattr(problem, "n_residuals", problem.n_samples)) < LM_SERIAL_BELOW:
+    # in residuals (a layer's sample, a token matrix, holds several); a problem may set its
+    # own threshold (a layer's residuals cost more)
+    below = int(getattr(problem, "serial_below", LM_SERIAL_BELOW))
+    if int(getattr(problem, "n_residuals", problem.n_samples)) < below:
         n_threads = 1
     with numba_threads(n_threads):
         passes = problem.passes()
