@@ -98,11 +98,11 @@ class LayerProblem:
     def n_residuals(self):
         return self.y.size
 
-    #: Residuals below which the solvers run the kernels on one thread: the layer kernel's
-    #: own threshold (``kernels.objective.SERIAL_SAMPLES``): a residual of a layer costs tens
-    #: of times one of an HMoE entry, so a race's subsample already pays for a thread.
     @property
     def serial_below(self):
+        """Residuals below which the solvers run the kernels on one thread: the layer kernel's
+        own threshold (``kernels.objective.SERIAL_SAMPLES``). A residual of a layer costs tens
+        of times one of an HMoE entry, so a race's subsample already pays for a thread."""
         from ..kernels import SERIAL_SAMPLES
 
         return SERIAL_SAMPLES

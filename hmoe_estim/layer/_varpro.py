@@ -163,7 +163,6 @@ class VarProLayerProblem(LayerProblem):
         return self.passes().sums(beta, 0.0)[0]
 
 
-
 def _cholesky(A):
     """The upper Cholesky factor of ``A`` (LAPACK ``dpotrf``, as ``scipy.linalg.cho_factor``
     computes it, without its checks: these solves run once per iteration);

@@ -78,9 +78,9 @@ _ACCEPT = 1e-4
 #: Default ``stat_tol``: a decrease of the objective below 1% of ``σ²/n`` is statistically
 #: irrelevant (the objective itself fluctuates by ``σ² √(2/n)`` between data sets).
 STAT_TOL = 1e-2
-#: Below this many samples (residuals of a layer) the LM kernels run on one thread: an
-#: iteration makes two short kernel calls, and a second thread saves less than each call
-#: waits for it to wake.
+#: Below this many samples the LM kernels run on one thread: an iteration makes two short
+#: kernel calls, and a second thread saves less than each call waits for it to wake. A
+#: problem with a ``serial_below`` (a layer's, in residuals) sets its own.
 LM_SERIAL_BELOW = 8192
 #: Iterations over which the stall rule looks back.
 STALL_WINDOW = 10
@@ -286,8 +286,7 @@ def _run_one(theta0, passes, y, lower, upper, kwargs):
 
 def _run_batch(starts, per_start, problem, n_threads):
     """:func:`_run_one` for each start, with the Numba thread count set once for the batch."""
-    # in residuals (a layer's sample, a token matrix, holds several); a problem may set its
-    # own threshold (a layer's residuals cost more)
+    # counted in residuals (a layer's sample, a token matrix, holds several)
     below = int(getattr(problem, "serial_below", LM_SERIAL_BELOW))
     if int(getattr(problem, "n_residuals", problem.n_samples)) < below:
         n_threads = 1
