@@ -70,9 +70,10 @@ def resolve(search, problem, local):
                    work); each round races on its own grid of samples
 race_samples   a quarter of ``race_samples``, at least 1024: the first half only sorts
 (first half)   out the hopeless three quarters of the candidates
-    rounds         value/SDPA gates with tanh, with ``H > 1`` or with ``N >= 3``: 6 (a round
-                   is an independent draw of the basin; more tokens, more ways to assign
-                   experts to gate regions); otherwise 1
+    rounds         value/SDPA gates with tanh, with ``H > 1`` or with ``N >= 3``, and MHA
+                   with ``H > 1``: 6 (a round is an independent draw of the basin; more
+                   tokens, more ways to assign experts to gate regions; several MHA heads
+                   can all settle in one wrong basin); otherwise 1
     agree          2 independent rounds (the starts of one race can all fall in one wrong
                    basin: agreement counts between independent races only)
     moves          ``H > 1``: head restarts (32 per head); value/SDPA with tanh and
@@ -109,7 +110,8 @@ race_samples   a quarter of ``race_samples``, at least 1024: the first half only
         race_samples = int(search.race_samples)
     race_first = min(race_samples, max(FIRST_HALF_SAMPLES, race_samples // 4))
     if _auto(search.rounds):
-        rounds = 6 if lm and gated and (signed_gated or several or N >= 3) else 1
+        rounds = 6 if lm and ((gated and (signed_gated or several or N >= 3))
+                              or (gate == "none" and several)) else 1
     else:
         rounds = int(search.rounds)
     if _auto(search.agree):
