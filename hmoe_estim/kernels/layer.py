@@ -329,16 +329,14 @@ def _forward_range(theta, X, s0, s1, H, dv, dout, full, gate, act, theta_kind, i
     f = np.empty(w)
     want_heads = heads.shape[0] > 0
     for s in range(s0, s1):
+        fs = f if want_heads else out[s * w:(s + 1) * w]
+        _sample(theta, X[s], H, N, d, dv, dout, full, gate, act, theta_kind, intercept, i0,
+                False, fs, J, hb, g, zg, scratch)
         if want_heads:
-            _sample(theta, X[s], H, N, d, dv, dout, full, gate, act, theta_kind, intercept,
-                    i0, False, f, J, hb, g, zg, scratch)
             for a in range(R):
                 for h in range(H):
                     for e in range(dv):
                         heads[s * R + a, h * dv + e] = hb[7, h, a, e]
-        else:
-            _sample(theta, X[s], H, N, d, dv, dout, full, gate, act, theta_kind, intercept,
-                    i0, False, out[s * w:(s + 1) * w], J, hb, g, zg, scratch)
 
 
 @njit(cache=True, parallel=True)
