@@ -466,17 +466,25 @@ def parse_shard(text):
 
 
 def draw_truth(item, max_redraws=99):
-    """``random_measure`` of the item, redrawn with the next seed if the separation fails."""
+    """``random_measure`` of the item, redrawn with the next seed if the separation fails;
+    returns ``(G, seed, redraws, min_separation)``.
+
+    Some shapes of the design cannot hold their ``H·N·K`` experts at the default separation
+    (``scale/4``: 24 experts in ``R²`` for ``H = 3, N = 4``); every 10 failed redraws halve
+    the separation asked for, and the case records the one used."""
     from hmoe_estim import random_measure
 
+    sep = 0.25 * item["scale"]  # random_measure's default
     for r in range(max_redraws + 1):
         try:
             G = random_measure(item["H"], item["N"], 2, item["D"], scale=item["scale"],
-                               random_state=item["truth_seed"] + r)
-            return G, item["truth_seed"] + r, r
+                               min_separation=sep, random_state=item["truth_seed"] + r)
+            return G, item["truth_seed"] + r, r, sep
         except ValueError as exc:
             if "Could not draw" not in str(exc) or r == max_redraws:
                 raise
+            if r % 10 == 9:
+                sep /= 2
     raise AssertionError("unreachable")
 
 
@@ -640,14 +648,14 @@ def run_wide(args, n_values, gates, methods):
             cases.append(done[it["index"]])
             continue
         H, N, K, D, n = it["H"], it["N"], it["K"], it["D"], it["n"]
-        G, truth_seed, redraws = draw_truth(it)
+        G, truth_seed, redraws, sep = draw_truth(it)
         X, y = make_hmoe_regression(n, measure=G, gate=it["gate"], activation=it["activation"],
                                     noise=args.noise, random_state=it["data_seed"])
         res = one_case(X, y, G, (H, N, K, D), it["gate"], it["activation"], methods,
                        args.noise, args.cert_tol, seed=it["fit_seed"], keep_starts=True)
         case = {**it, "K_true": 2, "P": n_params(H, N, K, D), "truth_seed": truth_seed,
                 "truth_seed_planned": it["truth_seed"], "truth_redraws": redraws,
-                "shape": f"{H}x{N}x{D}", "result": res}
+                "min_separation": sep, "shape": f"{H}x{N}x{D}", "result": res}
         cases.append(case)
         line = "  ".join(f"{m}: {r['excess_sigma2_over_n']:+9.1f} {r['wall']:6.2f}s "
                          f"(cpu {r['cpu']:6.2f}s) {r['passes']:5d}p r{r['search_rounds']} "
