@@ -99,6 +99,8 @@ def test_the_search_stops_once_the_optimum_is_found_by_enough_rounds(activation,
     ("sdpa", 1, "silu", 1),
     ("none", 1, "sigmoid", 1),    # one MHA head: one round
     ("none", 2, "sigmoid", 6),    # several MHA heads: up to 6 rounds
+    ("output", 1, "tanh", 1),     # one G5 head: one round
+    ("output", 2, "sigmoid", 6),  # several G5 heads: up to 6 rounds
 ])
 def test_auto_search_rounds_is_the_documented_count(gate, n_heads, activation, rounds):
     # starts stopped after 2 iterations end apart, so the optimum is never found twice and
@@ -164,8 +166,8 @@ def test_search_rounds_schedule():
             assert schedule_of(gate, heads, "tanh", local="lbfgs").rounds == 1
     for gate in ("none", "output"):
         for act in ("sigmoid", "tanh"):
-            # several MHA heads can all settle in one wrong basin: rounds; G5 keeps one
-            assert schedule_of(gate, 2, act).rounds == (6 if gate == "none" else 1)
+            # several MHA or G5 heads can all settle in one wrong basin: rounds
+            assert schedule_of(gate, 2, act).rounds == 6
             assert schedule_of(gate, 1, act, n_tokens=4).rounds == 1
             assert schedule_of(gate, 2, act, local="lbfgs").rounds == 1
     assert schedule_of("value", 2, rounds=3).rounds == 3

@@ -68,11 +68,11 @@ def resolve(search, problem, local):
     race_samples   4096; MHA: 1024 (its candidates have nearly converged after the race);
                    value/SDPA with ``H > 1``: 1024 (three times the iterations in the same
                    work); each round races on its own grid of samples
-race_samples   a quarter of ``race_samples``, at least 1024: the first half only sorts
-(first half)   out the hopeless three quarters of the candidates
+    race_samples   a quarter of ``race_samples``, at least 1024: the first half only sorts
+    (first half)   out the hopeless three quarters of the candidates
     rounds         value/SDPA gates with tanh, with ``H > 1`` or with ``N >= 3``, and MHA
-                   with ``H > 1``: 6 (a round is an independent draw of the basin; more
-                   tokens, more ways to assign experts to gate regions; several MHA heads
+                   or G5 with ``H > 1``: 6 (a round is an independent draw of the basin;
+                   more tokens, more ways to assign experts to gate regions; several heads
                    can all settle in one wrong basin); otherwise 1
     agree          2 independent rounds (the starts of one race can all fall in one wrong
                    basin: agreement counts between independent races only)
@@ -111,7 +111,7 @@ race_samples   a quarter of ``race_samples``, at least 1024: the first half only
     race_first = min(race_samples, max(FIRST_HALF_SAMPLES, race_samples // 4))
     if _auto(search.rounds):
         rounds = 6 if lm and ((gated and (signed_gated or several or N >= 3))
-                              or (gate == "none" and several)) else 1
+                              or (gate in ("none", "output") and several)) else 1
     else:
         rounds = int(search.rounds)
     if _auto(search.agree):
