@@ -124,6 +124,10 @@ def parse_args(argv=None):
     ap.add_argument("--merge", nargs="+", metavar="JSON", default=None,
                     help="wide suite: merge the shard files (written with --shard) into "
                          "--json and print the report; fits nothing")
+    ap.add_argument("--pool", nargs="+", metavar="JSON", default=None,
+                    help="wide suite: the report over the fits of several complete part files "
+                         "(e.g. one per --heads) as one fractional design, with the targets "
+                         "(overall <= 0.5%%, no group above 3%%); fits nothing")
     ap.add_argument("--reps", type=int, default=4, help="data sets per n (preset suite)")
     ap.add_argument("--methods", default=None,
                     help="lbfgs,trf,lm (the wide suite: lm)")
@@ -139,7 +143,7 @@ def parse_args(argv=None):
                     help="keep the cases already in --json (same methods and settings) and "
                          "fit only the missing ones")
     args = ap.parse_args(argv)
-    wide = args.suite == "wide" or args.merge
+    wide = args.suite == "wide" or args.merge or args.pool
     if args.methods is None:
         args.methods = "lm" if wide else "lbfgs,trf,lm"
     if args.gates is None:
@@ -716,6 +720,42 @@ def merge_wide(args):
     return 0
 
 
+#: The wide suite's targets: overall certified failures, and the most in any group (%).
+TARGET_OVERALL, TARGET_GROUP = 0.5, 3.0
+
+
+def pool_wide(args):
+    """The report over the cases of several complete part files (``--pool``)."""
+    from _common import format_table
+
+    cases, parts = [], []
+    for path in args.pool:
+        with open(path) as fh:
+            data = json.load(fh)
+        if data.get("suite") != "wide" or not data.get("complete"):
+            raise SystemExit(f"--pool: {path} is not a finished wide-suite run (finish it "
+                             "with --resume)")
+        parts.append(f"{path}: heads {data['heads']}, gates {','.join(data['gates'])}, "
+                     f"{len(data['cases'])} fits")
+        cases += data["cases"]
+    print("pooled parts:\n  " + "\n  ".join(parts))
+    rep = wide_report(cases, "lm")
+    print_wide_report(rep, format_table)
+    over = [f"{'/'.join(str(v) for v in r[:k])} ({r[k + 1]}/{r[k]})"
+            for name, k in (("groups", 2), ("HN", 2)) for r in rep[name][1:-1]
+            if r[k + 2] > TARGET_GROUP]
+    ok = rep["overall"]["rate %"] <= TARGET_OVERALL
+    print(f"\ntargets: overall {rep['overall']['rate %']}% "
+          f"{'<=' if ok else '>'} {TARGET_OVERALL}%; groups above {TARGET_GROUP}%: "
+          f"{', '.join(over) if over else 'none'}")
+    if args.json:
+        _write_json(args.json, {"benchmark": "bench_solver", "suite": "wide-pooled",
+                                "pooled_from": list(args.pool), "report": rep,
+                                "targets": {"overall_ok": ok, "groups_above": over}})
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _case_key(c):
     return (c["gate"], c["activation"], c["K"], c["H"], c["N"], c["D"], c["n"], c["seed"],
             c["truth_seed"], c["data_seed"])
@@ -733,6 +773,8 @@ def main(argv=None):
     methods = [m for m in args.methods.split(",") if m]
     n_values = [int(float(v)) for v in args.n.split(",") if v]
     gates = [g for g in args.gates.split(",") if g]
+    if args.pool:
+        return pool_wide(args)
     if args.merge:
         return merge_wide(args)
     if args.suite == "wide":

@@ -231,6 +231,17 @@ def test_bench_solver_wide_shards_merge(tmp_path):
             {k: v for k, v in c2.items() if k != "result"}
     assert both["report"]["groups"][1:] != [] and [r[:4] for r in both["report"]["groups"]] == \
         [r[:4] for r in rep["groups"]]
+    # --pool: the report over parts (here the same part twice) and the targets' verdict
+    pooled = tmp_path / "pooled.json"
+    out = run("--pool", str(whole), str(merged), "--json", str(pooled))
+    assert "pooled parts" in out and "targets: overall" in out, out
+    pool = json.loads(pooled.read_text())
+    assert pool["report"]["overall"]["fits"] == 8 and "groups_above" in pool["targets"]
+    full["complete"] = False
+    whole.write_text(json.dumps(full))
+    res = subprocess.run([sys.executable, script, "--pool", str(whole)], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert res.returncode != 0 and "not a finished wide-suite run" in res.stderr + res.stdout
 
 
 def _run_peers_fit(tmp_path, *extra, hide_torch=False):
