@@ -477,8 +477,9 @@ def draw_truth(item, max_redraws=99):
     (``scale/4``: 24 experts in ``R²`` for ``H = 3, N = 4``); every 10 failed redraws halve
     the separation asked for, and the case records the one used."""
     from hmoe_estim import random_measure
+    from hmoe_estim.datasets._generator import DEFAULT_SEPARATION_FRACTION
 
-    sep = 0.25 * item["scale"]  # random_measure's default
+    sep = DEFAULT_SEPARATION_FRACTION * item["scale"]  # random_measure's default
     for r in range(max_redraws + 1):
         try:
             G = random_measure(item["H"], item["N"], 2, item["D"], scale=item["scale"],
@@ -741,9 +742,9 @@ def pool_wide(args):
     print("pooled parts:\n  " + "\n  ".join(parts))
     rep = wide_report(cases, "lm")
     print_wide_report(rep, format_table)
-    over = [f"{'/'.join(str(v) for v in r[:k])} ({r[k + 1]}/{r[k]})"
-            for name, k in (("groups", 2), ("HN", 2)) for r in rep[name][1:-1]
-            if r[k + 2] > TARGET_GROUP]
+    # rows: two keys, fits, failures, rate %, ...; the header and the "all" row left out
+    over = [f"{r[0]}/{r[1]} ({r[3]}/{r[2]})" for name in ("groups", "HN")
+            for r in rep[name][1:-1] if r[4] > TARGET_GROUP]
     ok = rep["overall"]["rate %"] <= TARGET_OVERALL
     print(f"\ntargets: overall {rep['overall']['rate %']}% "
           f"{'<=' if ok else '>'} {TARGET_OVERALL}%; groups above {TARGET_GROUP}%: "
