@@ -5,8 +5,9 @@ OpenMP and XLA read their environment variables when they start. Imports nothing
 
 Three mechanisms are combined, so that no library can use more cores than the others:
 
-1. the process's CPU affinity is restricted to the first ``threads`` CPUs it may run on
-   (``os.sched_setaffinity``; XLA and Eigen size their pools from it);
+1. the process's CPU affinity is restricted to ``threads`` of the CPUs it may run on, the
+   first ones unless a ``slot`` says which (``os.sched_setaffinity``; XLA and Eigen size
+   their pools from it);
 2. ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``NUMBA_NUM_THREADS``
    are set, and ``XLA_FLAGS`` gets ``--xla_cpu_multi_thread_eigen=false`` when ``threads == 1``
    (XLA has no flag for a pool of another size: it follows the affinity of step 1);
@@ -23,8 +24,12 @@ _ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMB
              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
-def limit_threads(threads, omp_wait_policy="PASSIVE", gomp_spincount="10000"):
+def limit_threads(threads, omp_wait_policy="PASSIVE", gomp_spincount="10000", slot=0):
     """Set the thread environment for ``threads`` threads; return the CPUs kept.
+
+    ``slot`` chooses which ``threads`` CPUs of those allowed: the ``slot``-th group of
+    ``threads`` (cyclically), so that processes run side by side with slots 0, 1, ... get
+    CPUs of their own instead of all sharing the first.
 
     ``omp_wait_policy`` sets ``OMP_WAIT_POLICY`` unless the caller's environment has it
     (``None`` leaves it alone); with it, ``gomp_spincount`` sets GNU libgomp's
@@ -49,7 +54,8 @@ def limit_threads(threads, omp_wait_policy="PASSIVE", gomp_spincount="10000"):
     cpus = None
     if hasattr(os, "sched_getaffinity"):
         allowed = sorted(os.sched_getaffinity(0))
-        cpus = allowed[:threads]
+        first = (int(slot) * threads) % len(allowed)
+        cpus = (allowed[first:] + allowed[:first])[:threads]
         os.sched_setaffinity(0, cpus)
     for var in _ENV_VARS:
         os.environ[var] = str(threads)

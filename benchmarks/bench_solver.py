@@ -764,7 +764,8 @@ def _case_key(c):
 
 def main(argv=None):
     args = parse_args(argv)
-    limit_threads(args.threads)
+    # shards run side by side: shard I takes the I-th group of --threads CPUs, not the first
+    limit_threads(args.threads, slot=parse_shard(args.shard)[0])
     apply_runtime_limits(args.threads)
 
     from _common import environment, format_table

@@ -8,6 +8,7 @@
   ``tests/reference.py`` and its gradient against central finite differences.
 """
 
+import ast
 import os
 import subprocess
 import sys
@@ -307,3 +308,19 @@ def test_bench_fit_scaling_quick_runs(tmp_path):
     assert [r["n"] for r in data["vs_n"]["rows"]] == [300, 1000]
     assert all(f["passes"] > 0 and f["wall"] > 0 for r in data["runs"] for f in r["fits"])
     assert data["vs_P"] is None or data["vs_P"]["exponent_cpu"] is not None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
+@pytest.mark.parametrize("slot", [0, 1, 2])
+def test_limit_threads_slot_gives_side_by_side_processes_their_own_cpus(slot):
+    # benchmark processes run side by side (bench_solver --shard I/K) must not all be pinned
+    # to the first CPU: slot k takes the k-th group of `threads` allowed CPUs, cyclically
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); import _threads; "
+            "allowed = sorted(os.sched_getaffinity(0)); "
+            "kept = _threads.limit_threads(1, slot=int(sys.argv[2])); "
+            "print(allowed, kept, sorted(os.sched_getaffinity(0)), sep=';')")
+    res = subprocess.run([sys.executable, "-c", code, BENCH, str(slot)], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    allowed, kept, final = (ast.literal_eval(part) for part in res.stdout.strip().split(";"))
+    assert kept == final == [allowed[slot % len(allowed)]]
