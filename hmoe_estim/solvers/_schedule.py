@@ -61,9 +61,8 @@ def resolve(search, problem, local):
     ============== ====================================================================
     signed         the model's sign symmetry ``(ω, a) ≡ (−ω, −a)`` (linear gates; tanh):
                    search over signed weights, fold back at the end
-    n_candidates   ``32 · n_starts``; one-head MHA: ``16 · n_starts``; MHA or G5 with
-                   ``H > 1``: ``32 · n_starts · H`` (their basins are the gate matrices',
-                   one set per head, and a round must hit all of them at once)
+    n_candidates   ``32 · n_starts``; MHA: ``16 · n_starts · H`` (its basins are the gate
+                   matrices', one set per head)
     race_iter      10; value/SDPA gates with ``H > 1`` or with tanh: 30 (their candidates
                    sort slowly)
     race_samples   4096; MHA: 1024 (its candidates have nearly converged after the race);
@@ -92,10 +91,8 @@ def resolve(search, problem, local):
     if _auto(search.n_candidates):
         if not lm:
             n_cand = n_starts
-        elif gate in ("none", "output") and several:
-            n_cand = 32 * n_starts * H
         elif gate == "none":
-            n_cand = 16 * n_starts
+            n_cand = 16 * n_starts * H
         else:
             n_cand = 32 * n_starts
     else:
