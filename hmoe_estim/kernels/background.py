@@ -91,7 +91,8 @@ def _items(gate, act):
            (i8, a1, i8, i8, i8, types.literal(int(gate))) + (a2,) * 14 + (a1, a2))
     yield None, None  # the functions above have other signatures elsewhere; those below not
     n1 = types.Array(i8, 1, "C")
-    yield jacobian._accumulate_block, (a2, a1, i8, i8, a1, n1, n1)
+    n2 = types.Array(i8, 2, "C")
+    yield jacobian._accumulate_block, (a2, a1, i8, i8, a1, n2, n1, n1, n1, n1)
     from . import lm_step
 
     b1 = types.Array(types.boolean, 1, "C")

@@ -239,6 +239,124 @@ def _distinct_entries(H, N, K, D):
     return ptr, cols[:n].copy()
 
 
+@njit(cache=True)
+def _tiles(H, N, K, D):
+    """The entries of :func:`_distinct_entries` as tiles of two rows and, for the rest, rows:
+    ``(rows2, tptr, tcols, ptr, cols)``.
+
+    Rows ``rows2[g, 0]`` and ``rows2[g, 1]`` both sum the columns ``tcols[tptr[g]:tptr[g+1]]``
+    (:func:`_dot2x4`: each loaded ``J[q, t]`` serves two rows); row ``p`` sums the columns
+    ``cols[ptr[p]:ptr[p+1]]`` that no tile of it has. The pairs are rows of one class whose
+    column lists are nested: ``ω`` rows ``p, p+1``; the rows ``(M_m, pq)`` of one ``m`` in the
+    order of ``q`` (the column list of row ``pq`` depends on ``q`` only and shrinks as ``q``
+    grows); the rows ``(a_r, d), (a_r+1, d)``. A pair shares the intersection of its two lists
+    when it has four columns or more. Depends only on the shape.
+    """
+    T, o1, o2, P = _offsets(H, N, K, D)
+    ptr0, cols0 = _distinct_entries(H, N, K, D)
+    Mm = H * (N - 1)
+    R = H * N * K
+    second = np.empty(T, dtype=np.int64)  # q of the pair pq (p <= q, row-major)
+    k = 0
+    for p1 in range(D):
+        for q1 in range(p1, D):
+            second[k] = q1
+            k += 1
+    seq = np.empty(P, dtype=np.int64)  # rows in pairing order, cls: their class
+    cls = np.empty(P, dtype=np.int64)
+    n = 0
+    for p in range(o1):
+        seq[n], cls[n] = p, 0
+        n += 1
+    for m in range(Mm):
+        for q1 in range(D):
+            for k in range(T):
+                if second[k] == q1:
+                    seq[n], cls[n] = o1 + m * T + k, 1 + m
+                    n += 1
+    for d in range(D):
+        for r in range(R):
+            seq[n], cls[n] = o2 + r * D + d, 1 + Mm + d
+            n += 1
+    rows2 = np.empty((P // 2, 2), dtype=np.int64)
+    tptr = np.zeros(P // 2 + 1, dtype=np.int64)
+    tcols = np.empty(cols0.size, dtype=np.int64)
+    shared = np.zeros(cols0.size, dtype=np.bool_)  # entry of cols0 summed by a tile
+    ng = 0
+    nt = 0
+    i = 0
+    while i < P:
+        if i + 1 < P and cls[i + 1] == cls[i]:
+            p, p2 = seq[i], seq[i + 1]
+            a, ea, c, ec = ptr0[p], ptr0[p + 1], ptr0[p2], ptr0[p2 + 1]
+            common = 0
+            while a < ea and c < ec:  # sorted lists: count the intersection
+                if cols0[a] == cols0[c]:
+                    common += 1
+                    a += 1
+                    c += 1
+                elif cols0[a] < cols0[c]:
+                    a += 1
+                else:
+                    c += 1
+            if common >= 4:
+                rows2[ng, 0], rows2[ng, 1] = p, p2
+                a, c = ptr0[p], ptr0[p2]
+                while a < ea and c < ec:
+                    if cols0[a] == cols0[c]:
+                        tcols[nt] = cols0[a]
+                        shared[a] = True
+                        shared[c] = True
+                        nt += 1
+                        a += 1
+                        c += 1
+                    elif cols0[a] < cols0[c]:
+                        a += 1
+                    else:
+                        c += 1
+                ng += 1
+                tptr[ng] = nt
+            i += 2
+        else:
+            i += 1
+    ptr = np.empty(P + 1, dtype=np.int64)
+    cols = np.empty(cols0.size, dtype=np.int64)
+    n = 0
+    for p in range(P):
+        ptr[p] = n
+        for j in range(ptr0[p], ptr0[p + 1]):
+            if not shared[j]:
+                cols[n] = cols0[j]
+                n += 1
+    ptr[P] = n
+    return rows2[:ng].copy(), tptr[:ng + 1].copy(), tcols[:nt].copy(), ptr, cols[:n].copy()
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
+def _dot2x4(J, p0, p1, q0, q1, q2, q3, b):
+    """``Σ_t J[p, t] J[q, t]`` for the two rows ``p`` and the four rows ``q``: the tile of
+    :func:`_accumulate_block` (6 loads for 8 products per sample, where :func:`_dot8` has 9
+    for 8: the fused multiply-adds, not the loads, bound it)."""
+    wide_vectors()
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    for t in range(b):
+        a = J[p0, t]
+        c = J[p1, t]
+        u0 = J[q0, t]
+        u1 = J[q1, t]
+        u2 = J[q2, t]
+        u3 = J[q3, t]
+        s0 += a * u0
+        s1 += a * u1
+        s2 += a * u2
+        s3 += a * u3
+        s4 += c * u0
+        s5 += c * u1
+        s6 += c * u2
+        s7 += c * u3
+    return s0, s1, s2, s3, s4, s5, s6, s7
+
+
 @njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
 def _dot8(J, p, q, j, b):
     """``Σ_t J[p, t] J[q[j + k], t]`` for ``k < 8``: the micro-kernel of
@@ -276,16 +394,43 @@ def _dot4(J, p, q0, q1, q2, q3, b):
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
-def _accumulate_block(J, res, P, b, acc, ptr, cols):
+def _accumulate_block(J, res, P, b, acc, rows2, tptr, tcols, ptr, cols):
     """Add the block's sums of ``JᵀJ`` (the entries of :func:`_distinct_entries`, at their
     places in the row-major upper triangle), ``Jᵀr``, ``Σr²`` and ``ΣJ`` to ``acc``.
 
-    Row ``p`` against eight of its columns at a time (:func:`_dot8`), the rest four at a time
-    (:func:`_dot4`; a last group of fewer repeats its last column, summed but not added
-    again). Each entry of ``acc`` gets one sum per block, in an order fixed by the code: the
-    same bits for any number of threads.
+    The tiles of :func:`_tiles` first, two rows against four of their shared columns at a
+    time (:func:`_dot2x4`), then each row against the rest of its columns, eight at a time
+    (:func:`_dot8`) and four at a time (:func:`_dot4`). A last group of fewer than four
+    columns repeats its last column, summed but not added again. Each entry of ``acc`` gets
+    one sum per block, in an order fixed by the code: the same bits for any number of threads.
     """
     wide_vectors()
+    for g in range(rows2.shape[0]):
+        p0 = rows2[g, 0]
+        p1 = rows2[g, 1]
+        i0 = p0 * P - p0 * (p0 - 1) // 2 - p0
+        i1 = p1 * P - p1 * (p1 - 1) // 2 - p1
+        j = tptr[g]
+        e = tptr[g + 1]
+        while j < e:
+            m = e - j
+            q0 = tcols[j]
+            q1 = tcols[j + 1] if m > 1 else q0
+            q2 = tcols[j + 2] if m > 2 else q1
+            q3 = tcols[j + 3] if m > 3 else q2
+            s0, s1, s2, s3, s4, s5, s6, s7 = _dot2x4(J, p0, p1, q0, q1, q2, q3, b)
+            acc[i0 + q0] += s0
+            acc[i1 + q0] += s4
+            if m > 1:
+                acc[i0 + q1] += s1
+                acc[i1 + q1] += s5
+            if m > 2:
+                acc[i0 + q2] += s2
+                acc[i1 + q2] += s6
+            if m > 3:
+                acc[i0 + q3] += s3
+                acc[i1 + q3] += s7
+            j += 4
     for p in range(P):
         i0 = p * P - p * (p - 1) // 2 - p  # acc[i0 + q] = entry (p, q) of the upper triangle
         j = ptr[p]
@@ -353,7 +498,7 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
      fh, rest) = _temporaries(H, N, K, D, gate, nj + 1)
     J = rest[:nj]
     res = rest[nj]
-    ptr, cols = _distinct_entries(H, N, K, D if sums else 1)
+    rows2, tptr, tcols, ptr, cols = _tiles(H, N, K, D if sums else 1)
     for c in range(wk, nchunks, nworkers):
         acc = partial[c]
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
@@ -371,7 +516,7 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
                     res[t] = f[t] + offset - y[j0 + t]
                 _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u,
                                 phu, dphu, v, du, fo, fh, coef)
-                _accumulate_block(J, res, P, b, acc, ptr, cols)
+                _accumulate_block(J, res, P, b, acc, rows2, tptr, tcols, ptr, cols)
 
 
 @functools.lru_cache(maxsize=16)
