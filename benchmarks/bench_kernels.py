@@ -217,7 +217,8 @@ def _reference_pass():
     Returns ``entry(theta, XT, y, offset, bv, H, N, K, gate, act, partial, nthreads)``, a
     compiled pass identical to the package's (same forward and Jacobian blocks, chunks and
     workers, gate and activation as literal types) except for :func:`old_accumulate`: a copy
-    of ``_accumulate_block`` before the 2 × 4 tiles (one row of ``JᵀJ`` against four columns).
+    of ``_accumulate_block`` before the classes of equal entries and the tiles (every entry of
+    the upper triangle, one row of ``JᵀJ`` against four columns).
     Compiled here, after the thread limits, on first use.
     """
     from numba import njit, prange, types

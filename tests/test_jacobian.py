@@ -184,3 +184,21 @@ def test_distinct_entries_are_one_per_class(shape):
     idx, scale = _gather(*shape)
     assert set(np.unique(scale)) <= {0.25, 0.5, 1.0, 2.0, 4.0}
     np.testing.assert_array_equal(idx, idx.T)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (1, 2, 1, 2), (1, 3, 3, 2), (2, 3, 3, 4),
+                                   (2, 2, 2, 3), (1, 2, 1, 5)])
+def test_tiles_sum_each_distinct_entry_once(shape):
+    # the tiles of two rows and the rows' rest cover the entries of _distinct_entries, each once
+    from hmoe_estim.kernels.jacobian import _distinct_entries, _tiles
+
+    ptr, cols = _distinct_entries(*shape)
+    rows2, tptr, tcols, rptr, rcols = _tiles(*shape)
+    P = ptr.size - 1
+    summed = [(p, int(q)) for p in range(P) for q in rcols[rptr[p]:rptr[p + 1]]]
+    for g in range(rows2.shape[0]):
+        for q in tcols[tptr[g]:tptr[g + 1]]:
+            summed += [(int(rows2[g, 0]), int(q)), (int(rows2[g, 1]), int(q))]
+    assert len(summed) == len(set(summed)) == cols.size
+    assert set(summed) == {(p, int(q)) for p in range(P) for q in cols[ptr[p]:ptr[p + 1]]}
+    assert all(tptr[g + 1] - tptr[g] >= 4 for g in range(rows2.shape[0]))
