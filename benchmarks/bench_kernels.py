@@ -12,7 +12,8 @@ repeats after warm-up (see :mod:`_common`); the ratio is peer time / hmoe time.
 ``--gn-ratio`` times, instead of the peers, the Gauss–Newton pass that the Levenberg–Marquardt
 solver runs (``KernelPasses.sums``: ``JᵀJ``, ``Jᵀr``, ``Σr²``) against the objective+gradient
 kernel on the same data, at P = 27 (shape 1,3,3,2) and P = 118 (shape 2,3,3,4), n = 1e4 and
-1e5, with the earlier ``JᵀJ`` accumulation (one row against four columns; kept below as
+1e5, MHA (gate none: the pass sums a basis of the rows of ``J``) and the value gate (the rows
+themselves), with the earlier ``JᵀJ`` accumulation (one row against four columns; kept below as
 :func:`_reference_pass`, the reference) in the same interleaved rounds. It prints both
 ratios ``JᵀJ pass / objective+gradient`` and the CPU.
 
@@ -73,7 +74,7 @@ def parse_args(argv=None):
                     help="do not wait for a quiet machine before each case")
     ap.add_argument("--gn-ratio", action="store_true",
                     help="time the Gauss-Newton (JtJ) pass against objective+gradient instead "
-                         "of the peers (gates from --gates; default value)")
+                         "of the peers (gates from --gates; default none and value)")
     return ap.parse_args(argv)
 
 
@@ -216,9 +217,11 @@ def _reference_pass():
 
     Returns ``entry(theta, XT, y, offset, bv, H, N, K, gate, act, partial, nthreads)``, a
     compiled pass identical to the package's (same forward and Jacobian blocks, chunks and
-    workers, gate and activation as literal types) except for :func:`old_accumulate`: a copy
-    of ``_accumulate_block`` before the classes of equal entries and the tiles (every entry of
-    the upper triangle, one row of ``JᵀJ`` against four columns).
+    workers, gate and activation as literal types) except that it forms the rows of ``J``
+    itself for every gate (no basis for the linear gates) and sums them with
+    :func:`old_accumulate`: a copy of ``_accumulate_block`` before the classes of equal
+    entries and the tiles (every entry of the upper triangle, one row of ``JᵀJ`` against four
+    columns).
     Compiled here, after the thread limits, on first use.
     """
     from numba import njit, prange, types
@@ -303,8 +306,8 @@ def _reference_pass():
                                x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work)
                 for t in range(b):
                     res[t] = f[t] + offset - y[j0 + t]
-                _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u,
-                                phu, dphu, v, du, fo, fh, coef)
+                _jacobian_block(b, theta, H, N, K, gate, False, J, x, xx, g, z, phz, dphz,
+                                vv, u, phu, dphu, v, du, fo, fh, coef)
                 old_accumulate(J, res, P, b, acc)
 
     @njit(parallel=_PARALLEL)
@@ -346,7 +349,7 @@ def gn_ratio(args):
 
     apply_runtime_limits(args.threads)
     gates = [g for g in args.gates.split(",") if g] if args.gates != "none,value,sdpa" \
-        else ["value"]
+        else ["none", "value"]
     sizes = [int(float(v)) for v in args.sizes.split(",")] if args.sizes else [10_000, 100_000]
     shapes = args.shapes or list(GN_SHAPES)
     min_time = args.min_time if args.min_time is not None else (0.1 if args.quick else 1.0)

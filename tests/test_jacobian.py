@@ -18,6 +18,7 @@ from hmoe_estim.kernels.jacobian import (
     gauss_newton_sums,
     jacobian_matrix,
     sum_of_squares,
+    summed_rows,
 )
 from hmoe_estim.kernels.objective import BLOCK, objective_and_gradient, predict
 from hmoe_estim.model import n_params
@@ -158,42 +159,45 @@ def test_distinct_entries_and_remainders_against_the_explicit_jacobian(gate, sha
     assert rsum == pytest.approx(r.sum(), rel=1e-10, abs=1e-12 * np.abs(r).sum())
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (1, 2, 1, 2), (1, 3, 3, 2), (2, 3, 3, 4),
-                                   (2, 2, 2, 3), (1, 2, 1, 5)])
-def test_distinct_entries_are_one_per_class(shape):
+_SHAPES = [(1, 1, 1, 1), (1, 2, 1, 2), (1, 3, 3, 2), (2, 3, 3, 4), (2, 2, 2, 3), (1, 2, 1, 5)]
+# the summed rows of the value gate (J's own) and of the linear gates (the basis J̃)
+_LAYOUTS = [(summed_rows(*s[:3], GATE_CODES[g]), s[3]) for s in _SHAPES for g in ("value", "none")]
+
+
+@pytest.mark.parametrize("rows, D", _LAYOUTS)
+def test_distinct_entries_are_one_per_class(rows, D):
     # the pass sums one entry of each class (same two factors, same monomial of x; the
     # docstring of _distinct_entries), counted here by brute force over the upper triangle
     from hmoe_estim.kernels.jacobian import _distinct_entries, _gather
-    from hmoe_estim.kernels.layout import offsets
 
-    H, N, K, D = shape
-    T, o1, o2, P = offsets(*shape)
+    n0, Mm, R = rows
+    T = D * (D + 1) // 2
+    P = n0 + Mm * T + R * D
     pairs = [(p, q) for p in range(D) for q in range(p, D)]
-    rows = [(("w", k), ()) for k in range(o1)]
-    rows += [(("m", m), pq) for m in range(H * (N - 1)) for pq in pairs]
-    rows += [(("a", r), (d,)) for r in range(H * N * K) for d in range(D)]
+    rows = [(("w", k), ()) for k in range(n0)]
+    rows += [(("m", m), pq) for m in range(Mm) for pq in pairs]
+    rows += [(("a", r), (d,)) for r in range(R) for d in range(D)]
     assert len(rows) == P
     first = {}
     for p in range(P):
         for q in range(p, P):
             key = (tuple(sorted([rows[p][0], rows[q][0]])), tuple(sorted(rows[p][1] + rows[q][1])))
             first.setdefault(key, (p, q))
-    ptr, cols = _distinct_entries(*shape)
+    ptr, cols = _distinct_entries(n0, Mm, R, D)
     summed = {(p, int(q)) for p in range(P) for q in cols[ptr[p]:ptr[p + 1]]}
     assert summed == set(first.values())
-    idx, scale = _gather(*shape)
+    idx, scale = _gather(n0, Mm, R, D)
     assert set(np.unique(scale)) <= {0.25, 0.5, 1.0, 2.0, 4.0}
     np.testing.assert_array_equal(idx, idx.T)
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (1, 2, 1, 2), (1, 3, 3, 2), (2, 3, 3, 4),
-                                   (2, 2, 2, 3), (1, 2, 1, 5)])
-def test_tiles_sum_each_distinct_entry_once(shape):
+@pytest.mark.parametrize("rows, D", _LAYOUTS)
+def test_tiles_sum_each_distinct_entry_once(rows, D):
     # the tiles of two rows and the rows' rest cover the entries of _distinct_entries, each once
     from hmoe_estim.kernels.jacobian import _distinct_entries, _tiles
 
-    ptr, cols = _distinct_entries(*shape)
-    rows2, tptr, tcols, rptr, rcols = _tiles(*shape)
+    ptr, cols = _distinct_entries(*rows, D)
+    rows2, tptr, tcols, rptr, rcols = _tiles(*rows, D)
     P = ptr.size - 1
     summed = [(p, int(q)) for p in range(P) for q in rcols[rptr[p]:rptr[p + 1]]]
     for g in range(rows2.shape[0]):
@@ -202,3 +206,34 @@ def test_tiles_sum_each_distinct_entry_once(shape):
     assert len(summed) == len(set(summed)) == cols.size
     assert set(summed) == {(p, int(q)) for p in range(P) for q in cols[ptr[p]:ptr[p + 1]]}
     assert all(tptr[g + 1] - tptr[g] >= 4 for g in range(rows2.shape[0]))
+
+
+@pytest.mark.parametrize("gate", ["none", "output"])
+def test_linear_gates_sum_a_basis_and_expand_it_exactly(gate):
+    # the linear gates sum the products of the basis rows g_hi x_d and M's rows (fewer sums
+    # per chunk than JᵀJ has entries), and JᵀJ = Lᵀ(J̃ᵀJ̃)L reproduces the explicit Jacobian's,
+    # also with a zero omega (its a rows are then zero, its own row is not)
+    from hmoe_estim.kernels.jacobian import sums_width
+
+    shape = (2, 3, 2, 3)
+    H, N, K, D = shape
+    P = n_params(*shape)
+    g, a = GATE_CODES[gate], ACTIVATION_CODES["silu"]
+    assert sums_width(*shape, g) < P * (P + 1) // 2 < sums_width(*shape, GATE_CODES["value"])
+    rng = np.random.default_rng(11)
+    theta = 0.7 * rng.normal(size=P)
+    theta[1] = 0.0
+    XT = np.ascontiguousarray(rng.uniform(-1, 1, size=(D, BLOCK + 40)))
+    y = rng.normal(size=XT.shape[1])
+    JtJ, Jtr, ssr, colsum, rsum = gauss_newton_sums(theta, XT, y, *shape, g, a)
+    J = jacobian_matrix(theta, XT, *shape, g, a)
+    r = predict(theta, XT, *shape, g, a) - y
+    ref = J.T @ J
+    o2 = H * K + H * (N - 1) * D * (D + 1) // 2
+    zero_rows = [o2 + (i * K + 1) * D + d for i in range(N) for d in range(D)]  # a_0i1
+    assert not J[:, zero_rows].any() and not JtJ[zero_rows].any()
+    np.testing.assert_array_equal(JtJ, JtJ.T)
+    np.testing.assert_allclose(JtJ, ref, rtol=1e-11, atol=1e-13 * np.abs(ref).max())
+    np.testing.assert_allclose(Jtr, J.T @ r, rtol=1e-11, atol=1e-13 * np.abs(J.T @ r).max())
+    np.testing.assert_allclose(colsum, J.sum(0), rtol=1e-11, atol=1e-13 * np.abs(J).sum(0).max())
+    assert JtJ[1, 1] > 0.0  # the zero omega's own column is not zero

@@ -108,7 +108,7 @@ def test_small_inputs_run_serially_with_the_same_result():
     # below SERIAL_SAMPLES the kernels take the serial path whatever the thread count; the
     # parallel wrappers, called directly, return the same bits
     from hmoe_estim.kernels import objective as O
-    from hmoe_estim.kernels.jacobian import _entry, _gather, gauss_newton_sums
+    from hmoe_estim.kernels.jacobian import _entry, finish_sums, gauss_newton_sums, sums_width
 
     shape = (1, 2, 2, 3)
     rng = np.random.default_rng(4)
@@ -124,17 +124,10 @@ def test_small_inputs_run_serially_with_the_same_result():
                               np.zeros((nchunks, 0)), out, False, 2)
         np.testing.assert_array_equal(out, O.predict(theta, XT, *shape, gate, 0))
         serial = gauss_newton_sums(theta, XT, y, *shape, gate, 0)
-        P = theta.shape[0]
-        width = P * (P + 1) // 2 + 2 * P + 2
-        partial = np.zeros((nchunks, width))
+        partial = np.zeros((nchunks, sums_width(*shape, gate)))
         _entry(True, gate, 0)(theta, XT, y, 0.0, bv, *shape[:3], gate, 0, partial, np.zeros(0),
                               True, 2)
-        total = O.chunk_total(partial)
-        ntri = P * (P + 1) // 2
-        idx, scale = _gather(*shape)
-        JtJ = total[idx] * scale
-        parallel = (JtJ, total[ntri:ntri + P], total[ntri + P],
-                    total[ntri + P + 1:ntri + 2 * P + 1], total[ntri + 2 * P + 1])
+        parallel = finish_sums(O.chunk_total(partial), theta, *shape, gate)
         for u, v in zip(serial, parallel):  # JᵀJ, Jᵀr, Σr², ΣJ, Σr
             np.testing.assert_array_equal(u, v)
 

@@ -88,7 +88,8 @@ def _items(gate, act):
     yield activation_rows, (types.literal(int(act)), a2, i8, a2, i8, a2, i8, i8)
     yield rows.gated_sum, (a2, a2, i8, i8, a1, i8)
     yield (jacobian._jacobian_block,
-           (i8, a1, i8, i8, i8, types.literal(int(gate))) + (a2,) * 14 + (a1, a2))
+           (i8, a1, i8, i8, i8, types.literal(int(gate)), types.boolean) + (a2,) * 14
+           + (a1, a2))
     yield None, None  # the functions above have other signatures elsewhere; those below not
     n1 = types.Array(i8, 1, "C")
     n2 = types.Array(i8, 2, "C")

@@ -15,7 +15,12 @@ structure of ``J`` (a factor times a monomial of ``x`` per row), are summed once
 (:func:`_distinct_entries`; 60 % of the entries at P = 118) and spread afterwards
 (:func:`_gather`). Rows with nested lists of such entries are paired, and a pair is summed two
 rows by four columns at a time (:func:`_tiles`; 92 % of the sums at P = 118), so that each
-loaded ``J[q, t]`` serves two rows. The scalar ``offset`` is an intercept added to ``f``; the
+loaded ``J[q, t]`` serves two rows. For the linear gates (none, output) the pass sums the
+products of a basis ``J̃`` of the rows instead, ``J = J̃ L`` with a sparse ``L`` that depends
+on ``theta`` only (:func:`summed_rows`, :func:`basis_map`): the ``H·N·D`` rows
+``g_hi x_d`` stand for the ``H·N·K·D`` rows of ``a`` and the ``H·K`` rows of ``ω``, and
+``JᵀJ = Lᵀ (J̃ᵀJ̃) L`` after the pass (:func:`expand_basis`; 1 040 sums per sample instead of
+4 193 at P = 118). The scalar ``offset`` is an intercept added to ``f``; the
 column sums let the caller append the intercept's column (all ones) to ``J`` in Python, with
 ``Σ r``:
 ``[J 1]ᵀ[J 1] = [[JᵀJ, ΣJ], [ΣJᵀ, n]]`` and ``[J 1]ᵀr = [Jᵀr, Σr]``.
@@ -87,18 +92,27 @@ def _jchunks(n, width):
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
-def _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, phu, dphu,
-                    v, du, fo, fh, tmp):
-    """Rows ``J[p, :b] = ∂f/∂theta_p`` of a block after :func:`_forward_block`."""
+def _jacobian_block(b, theta, H, N, K, gate, basis, J, x, xx, g, z, phz, dphz, vv, u, phu,
+                    dphu, v, du, fo, fh, tmp):
+    """Rows ``J[p, :b] = ∂f/∂theta_p`` of a block after :func:`_forward_block`; with
+    ``basis`` (the linear gates only), the rows of the basis ``J̃`` of :func:`summed_rows`."""
     wide_vectors()
     zero = np.int64(0)  # row 0 as an int64, not a literal (see objective._forward_block)
     D = x.shape[0]
     T, o1, o2, P = _offsets(H, N, K, D)
+    if basis:
+        T, o1, o2, P = _rows_offsets(0, H * (N - 1), H * N, D)
     for h in range(H):
         r0 = h * N
         if gate == GATE_NONE or gate == GATE_OUTPUT:  # compared here: a literal gate prunes
             gated_sum(g, z, r0, N, fh, b)  # f_h, z[r] = b_i·x
-            for k in range(K):
+            if basis:
+                for i in range(N):
+                    ri = r0 + i
+                    for d in range(D):
+                        for t in range(b):
+                            J[o2 + ri * D + d, t] = g[ri, t] * x[d, t]
+            for k in range(K if not basis else 0):
                 hk = h * K + k
                 w = theta[hk]
                 for t in range(b):
@@ -179,7 +193,32 @@ def _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, p
 
 
 @njit(cache=True)
-def _distinct_entries(H, N, K, D):
+def summed_rows(H, N, K, gate):
+    """``(n0, Mm, R)``: the rows of ``J`` that the Gauss–Newton pass forms and sums.
+
+    ``n0`` rows of degree 0 (``ω``), ``Mm`` groups of ``T`` rows ``(M_m, pq)`` and ``R``
+    groups of ``D`` rows of degree 1, laid out as ``theta`` is. For the value and SDPA gates
+    these are the rows of ``J`` itself: ``(H·K, H·(N−1), H·N·K)``. For the linear gates (none,
+    output) they are a basis ``J̃`` of them, ``(0, H·(N−1), H·N)``: the rows of ``M`` and
+    ``B[(h, i), d] = g_hi x_d`` (times ``φ'(f_MHA)`` for the output gate), from which every
+    row of ``J`` is a combination, ``J[a_hik, d] = ω_hk B[(h, i), d]`` and
+    ``J[ω_hk] = Σ_i g_hi a_hik·x = Σ_(i, d) a_hikd B[(h, i), d]`` (:func:`basis_map`).
+    """
+    if gate == GATE_NONE or gate == GATE_OUTPUT:
+        return 0, H * (N - 1), H * N
+    return H * K, H * (N - 1), H * N * K
+
+
+@njit(cache=True)
+def _rows_offsets(n0, Mm, R, D):
+    """``(T, o1, o2, P)`` of the summed rows ``(n0, Mm, R)`` (:func:`summed_rows`)."""
+    T = D * (D + 1) // 2
+    o2 = n0 + Mm * T
+    return T, n0, o2, o2 + R * D
+
+
+@njit(cache=True)
+def _distinct_entries(n0, Mm, R, D):
     """The entries of the upper triangle of ``JᵀJ`` that the pass sums: ``cols[ptr[p]:ptr[p+1]]``
     are the columns ``q >= p`` of row ``p``, in increasing order.
 
@@ -198,12 +237,11 @@ def _distinct_entries(H, N, K, D):
       columns ``(a_r, d)`` with ``d >= q``;
     - a row ``(a_r, d)``: the columns ``(a_r', d')``, ``r' >= r``, with ``d' >= d``.
 
-    At shape (2, 3, 3, 4) that is 4193 of the 7021 entries (P = 118); :func:`_gather` fills in
-    the others (:func:`gauss_newton_sums`). Depends only on the shape.
+    The rows are those of :func:`summed_rows` ``(n0, Mm, R)``. For ``J`` itself at shape
+    (2, 3, 3, 4) that is 4193 of the 7021 entries (P = 118); :func:`_gather` fills in the
+    others (:func:`gauss_newton_sums`). Depends only on the layout.
     """
-    T, o1, o2, P = _offsets(H, N, K, D)
-    Mm = H * (N - 1)
-    R = H * N * K
+    T, o1, o2, P = _rows_offsets(n0, Mm, R, D)
     second = np.empty(T, dtype=np.int64)  # q of the pair pq (p <= q, row-major)
     k = 0
     for p1 in range(D):
@@ -243,7 +281,7 @@ def _distinct_entries(H, N, K, D):
 
 
 @njit(cache=True)
-def _tiles(H, N, K, D):
+def _tiles(n0, Mm, R, D):
     """The entries of :func:`_distinct_entries` as tiles of two rows and, for the rest, rows:
     ``(rows2, tptr, tcols, ptr, cols)``.
 
@@ -253,12 +291,10 @@ def _tiles(H, N, K, D):
     column lists are nested: ``ω`` rows ``p, p+1``; the rows ``(M_m, pq)`` of one ``m`` in the
     order of ``q`` (the column list of row ``pq`` depends on ``q`` only and shrinks as ``q``
     grows); the rows ``(a_r, d), (a_r+1, d)``. A pair shares the intersection of its two lists
-    when it has four columns or more. Depends only on the shape.
+    when it has four columns or more. Depends only on the layout ``(n0, Mm, R, D)``.
     """
-    T, o1, o2, P = _offsets(H, N, K, D)
-    ptr0, cols0 = _distinct_entries(H, N, K, D)
-    Mm = H * (N - 1)
-    R = H * N * K
+    T, o1, o2, P = _rows_offsets(n0, Mm, R, D)
+    ptr0, cols0 = _distinct_entries(n0, Mm, R, D)
     second = np.empty(T, dtype=np.int64)  # q of the pair pq (p <= q, row-major)
     k = 0
     for p1 in range(D):
@@ -492,7 +528,9 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
     """
     wide_vectors()
     D, n = XT.shape
-    P = _offsets(H, N, K, D)[3]
+    n0, Mm, R = summed_rows(H, N, K, gate)
+    P = _rows_offsets(n0, Mm, R, D)[3]
+    basis = gate == GATE_NONE or gate == GATE_OUTPUT
     nchunks = partial.shape[0]
     nblocks = (n + BLOCK - 1) // BLOCK
     values = out.shape[0] == n
@@ -501,7 +539,7 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
      fh, rest) = _temporaries(H, N, K, D, gate, nj + 1)
     J = rest[:nj]
     res = rest[nj]
-    rows2, tptr, tcols, ptr, cols = _tiles(H, N, K, D if sums else 1)
+    rows2, tptr, tcols, ptr, cols = _tiles(n0, Mm, R, D if sums else 1)
     for c in range(wk, nchunks, nworkers):
         acc = partial[c]
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
@@ -517,22 +555,22 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
             if sums:
                 for t in range(b):
                     res[t] = f[t] + offset - y[j0 + t]
-                _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u,
-                                phu, dphu, v, du, fo, fh, coef)
+                _jacobian_block(b, theta, H, N, K, gate, basis, J, x, xx, g, z, phz, dphz, vv,
+                                u, phu, dphu, v, du, fo, fh, coef)
                 _accumulate_block(J, res, P, b, acc, rows2, tptr, tcols, ptr, cols)
 
 
 @functools.lru_cache(maxsize=16)
-def _gather(H, N, K, D):
-    """``(idx, scale)``, both (P, P): ``JᵀJ = total[idx] * scale`` from the summed chunks.
+def _gather(n0, Mm, R, D):
+    """``(idx, scale)``, both (P, P): ``J̃ᵀJ̃ = total[idx] * scale`` from the summed chunks, for
+    the summed rows ``(n0, Mm, R)`` of :func:`summed_rows` (P of them).
 
     ``idx[p, q]`` is the place in the upper triangle of the entry summed for the class of
     ``(min(p, q), max(p, q))`` (:func:`_distinct_entries`), ``scale`` the power of two (1/4 to
     4, so exact) between the two: the ratio of the constants ``c_pq`` of the rows of ``M``.
     """
-    T, o1, o2, P = _offsets(H, N, K, D)
-    ptr, cols = _distinct_entries(H, N, K, D)
-    Mm = H * (N - 1)
+    T, o1, o2, P = _rows_offsets_py(n0, Mm, R, D)
+    ptr, cols = _distinct_entries(n0, Mm, R, D)
     pairs = [(p, q) for p in range(D) for q in range(p, D)]
     # per row: factor, monomial (two indices of x, D for none), constant
     fac = np.empty(P, dtype=np.int64)
@@ -548,7 +586,7 @@ def _gather(H, N, K, D):
     fac[o2:] = o1 + Mm + (rows - o2) // D
     mono[o2:, 0] = (rows - o2) % D
     iu, ju = np.triu_indices(P)
-    F = o1 + Mm + H * N * K
+    F = o1 + Mm + R
     fa, fb = np.minimum(fac[iu], fac[ju]), np.maximum(fac[iu], fac[ju])
     m4 = np.sort(np.concatenate([mono[iu], mono[ju]], axis=1), axis=1)
     code = ((m4[:, 0] * (D + 1) + m4[:, 1]) * (D + 1) + m4[:, 2]) * (D + 1) + m4[:, 3]
@@ -567,6 +605,79 @@ def _gather(H, N, K, D):
     idx[iu, ju] = idx[ju, iu] = rep
     scale[iu, ju] = scale[ju, iu] = sc
     return idx, scale
+
+
+@njit(cache=True)
+def basis_map(theta, H, N, K, D):
+    """``(ptr, idx, val)``: column ``p`` of ``J`` is ``Σ val[j] J̃[:, idx[j]]`` over
+    ``j in range(ptr[p], ptr[p + 1])``, for the basis ``J̃`` of the linear gates
+    (:func:`summed_rows`): ``N·D`` terms ``a_hikd`` for ``ω_hk``, one ``1`` for a row of
+    ``M``, one ``ω_hk`` for ``a_hikd``."""
+    T, o1, o2, P = _offsets(H, N, K, D)
+    ob = H * (N - 1) * T  # the rows B[(h, i), d] in J̃
+    nnz = H * K * N * D + (o2 - o1) + (P - o2)
+    ptr = np.empty(P + 1, dtype=np.int64)
+    idx = np.empty(nnz, dtype=np.int64)
+    val = np.empty(nnz)
+    j = 0
+    for p in range(P):
+        ptr[p] = j
+        if p < o1:
+            h, k = p // K, p % K
+            for i in range(N):
+                ri = h * N + i
+                for d in range(D):
+                    idx[j], val[j] = ob + ri * D + d, theta[o2 + (ri * K + k) * D + d]
+                    j += 1
+        elif p < o2:
+            idx[j], val[j] = p - o1, 1.0
+            j += 1
+        else:
+            r, d = (p - o2) // D, (p - o2) % D
+            ri, k = r // K, r % K
+            idx[j], val[j] = ob + ri * D + d, theta[(ri // N) * K + k]
+            j += 1
+    ptr[P] = j
+    return ptr, idx, val
+
+
+@njit(cache=True, error_model="numpy")
+def expand_basis(G, jtr, col, ptr, idx, val):
+    """``(JᵀJ, Jᵀr, ΣJ)`` from ``J̃ᵀJ̃``, ``J̃ᵀr`` and ``ΣJ̃`` (``J = J̃ L``, ``L`` the sparse map of
+    :func:`basis_map`): ``JᵀJ = Lᵀ (J̃ᵀJ̃) L``, its upper triangle computed and mirrored (so
+    exactly symmetric), in a fixed order."""
+    P = ptr.shape[0] - 1
+    Pb = G.shape[0]
+    Y = np.zeros((P, Pb))  # Y = Lᵀ J̃ᵀJ̃, row by row: rows of G combined
+    for q in range(P):
+        row = Y[q]
+        for j in range(ptr[q], ptr[q + 1]):
+            c = val[j]
+            Gj = G[idx[j]]
+            for a in range(Pb):
+                row[a] += c * Gj[a]
+    Z = np.ascontiguousarray(Y.T)  # J̃ᵀJ̃ L (G is symmetric)
+    JtJ = np.zeros((P, P))  # Lᵀ Z, upper triangle, rows of Z combined in a fixed order
+    Jtr = np.zeros(P)
+    cs = np.zeros(P)
+    for p in range(P):
+        row = JtJ[p]
+        for j in range(ptr[p], ptr[p + 1]):
+            c = val[j]
+            Zj = Z[idx[j]]
+            for q in range(p, P):
+                row[q] += c * Zj[q]
+            Jtr[p] += c * jtr[idx[j]]
+            cs[p] += c * col[idx[j]]
+    for p in range(P):
+        for q in range(p + 1, P):
+            JtJ[q, p] = JtJ[p, q]
+    return JtJ, Jtr, cs
+
+
+#: :func:`summed_rows` and :func:`_rows_offsets` as plain Python (no compilation, no dispatch).
+_summed_rows = getattr(summed_rows, "py_func", summed_rows)
+_rows_offsets_py = getattr(_rows_offsets, "py_func", _rows_offsets)
 
 
 @functools.lru_cache(maxsize=64)
@@ -678,16 +789,34 @@ def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
         extended system (module docstring).
     """
     n = XT.shape[1]
-    P = theta.shape[0]
-    ntri = P * (P + 1) // 2
-    width = ntri + 2 * P + 2  # per chunk: [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
+    H, N, K, D, gate = int(H), int(N), int(K), int(D), int(gate)
+    width = sums_width(H, N, K, D, gate)
     partial = np.zeros((_jchunks(n, width)[1], width))
     _run_pass(theta, XT, y, float(offset), H, N, K, D, gate, act, partial, _EMPTY, True)
-    total = chunk_total(partial)
-    idx, scale = _gather(int(H), int(N), int(K), int(D))
+    return finish_sums(chunk_total(partial), theta, H, N, K, D, gate)
+
+
+def sums_width(H, N, K, D, gate):
+    """Doubles of one chunk's sums: ``[J̃ᵀJ̃ upper | J̃ᵀr | Σr² | ΣJ̃ | Σr]`` for the ``P̃`` rows
+    of :func:`summed_rows`."""
+    P = _rows_offsets_py(*_summed_rows(H, N, K, gate), D)[3]
+    return P * (P + 1) // 2 + 2 * P + 2
+
+
+def finish_sums(total, theta, H, N, K, D, gate):
+    """What :func:`gauss_newton_sums` returns, from the chunks' ``total`` (its ``width``
+    entries): the summed entries spread over ``J̃ᵀJ̃`` (:func:`_gather`) and, for the linear
+    gates, ``J = J̃ L`` expanded (:func:`expand_basis`)."""
+    rows = _summed_rows(H, N, K, gate)
+    P = _rows_offsets_py(*rows, D)[3]
+    ntri = P * (P + 1) // 2
+    idx, scale = _gather(*rows, D)
     JtJ = total[idx] * scale  # the summed entries, spread over the upper triangle, mirrored
-    return (JtJ, total[ntri:ntri + P].copy(), float(total[ntri + P]),
-            total[ntri + P + 1:ntri + 2 * P + 1].copy(), float(total[ntri + 2 * P + 1]))
+    Jtr, colsum = total[ntri:ntri + P].copy(), total[ntri + P + 1:ntri + 2 * P + 1].copy()
+    if gate == GATE_NONE or gate == GATE_OUTPUT:  # the basis J̃: J = J̃ L
+        theta = np.ascontiguousarray(theta, dtype=np.float64)
+        JtJ, Jtr, colsum = expand_basis(JtJ, Jtr, colsum, *basis_map(theta, H, N, K, D))
+    return JtJ, Jtr, float(total[ntri + P]), colsum, float(total[ntri + 2 * P + 1])
 
 
 def sum_of_squares(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
@@ -713,8 +842,8 @@ def _jacobian_matrix(theta, XT, bv, H, N, K, D, gate, act):
         b = min(BLOCK, n - j0)
         _forward_block(XT, j0, b, theta, bv, H, N, K, gate, act,
                        x, xx, s, g, z, phz, dphz, vv, u, phu, dphu, fo, f, work)
-        _jacobian_block(b, theta, H, N, K, gate, J, x, xx, g, z, phz, dphz, vv, u, phu, dphu,
-                        v, du, fo, fh, coef)
+        _jacobian_block(b, theta, H, N, K, gate, False, J, x, xx, g, z, phz, dphz, vv, u, phu,
+                        dphu, v, du, fo, fh, coef)
         for p in range(P):
             for t in range(b):
                 out[j0 + t, p] = J[p, t]

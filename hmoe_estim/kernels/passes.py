@@ -11,8 +11,15 @@ from functools import partial as partial_call
 
 import numpy as np
 
-from .jacobian import _entry, _gather, _jchunks
-from .layout import offsets
+from .jacobian import (
+    _entry,
+    _gather,
+    _jchunks,
+    _rows_offsets_py,
+    _summed_rows,
+    basis_map,
+    expand_basis,
+)
 from .lm_step import LMWorkspace
 from .objective import GATE_NONE, GATE_OUTPUT, _chunks, chunk_total, kernel_threads, mixed_values
 
@@ -41,13 +48,15 @@ class KernelPasses:
         XT = np.ascontiguousarray(XT, dtype=np.float64)
         yc = np.ascontiguousarray(y, dtype=np.float64)
         n = XT.shape[1]
-        P = offsets(H, N, K, D)[3]
+        rows = _summed_rows(H, N, K, g_code)
+        P = _rows_offsets_py(*rows, D)[3]  # rows summed: J's, or the basis J̃ (linear gates)
         ntri = P * (P + 1) // 2
         width = ntri + 2 * P + 2  # per chunk: [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
         partial = np.zeros((_jchunks(n, width)[1], width))
         no_sums = np.zeros((_chunks(n)[1], 0))  # a forward pass: the chunks only split the work
         out = np.empty(n)
-        sym, scale = _gather(H, N, K, D)
+        sym, scale = _gather(*rows, D)
+        basis = g_code == GATE_NONE or g_code == GATE_OUTPUT
         zeros = np.zeros(ntri + P + 1)
         empty = np.zeros(0)
         self.n, self.shape = n, (H, N, K, D)
@@ -85,8 +94,13 @@ class KernelPasses:
             # JᵀJ, Jᵀr and Σr² all finite iff Σ_p total_p · 0 is: a finite entry gives ±0,
             # an infinite or NaN one NaN (one dot product instead of isfinite(...).all())
             finite = math.isfinite(total[:ntri + P + 1].dot(zeros))
-            return (total[sym] * scale, total[ntri:ntri + P], float(total[ntri + P]),
-                    total[ntri + P + 1:ntri + 2 * P + 1], float(total[ntri + 2 * P + 1]), finite)
+            JtJ, Jtr, colsum = (total[sym] * scale, total[ntri:ntri + P],
+                                total[ntri + P + 1:ntri + 2 * P + 1])
+            if basis:  # J = J̃ L (jacobian.summed_rows)
+                JtJ, Jtr, colsum = expand_basis(JtJ, Jtr, colsum, *basis_map(theta, H, N, K, D))
+                finite = finite and math.isfinite(JtJ.sum() + Jtr.sum())  # NaN/inf reach a sum
+            return (JtJ, Jtr, float(total[ntri + P]), colsum, float(total[ntri + 2 * P + 1]),
+                    finite)
 
         self.values, self.sums = values, sums
         #: scratch arrays of the iterations: ``workspace(P)`` (:class:`~.lm_step.LMWorkspace`)
