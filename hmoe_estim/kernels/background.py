@@ -79,6 +79,7 @@ def _items(gate, act):
     from . import gate as gate_module
     from . import jacobian, rows
     from .activations import activation_rows
+    from .objective import GATE_NONE, GATE_OUTPUT
 
     i8, f8 = types.int64, types.float64
     a1, a2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
@@ -94,6 +95,9 @@ def _items(gate, act):
     n1 = types.Array(i8, 1, "C")
     n2 = types.Array(i8, 2, "C")
     yield jacobian._accumulate_block, (a2, a1, i8, i8, a1, n2, n1, n1, n1, n1)
+    if gate in (GATE_NONE, GATE_OUTPUT):  # the sums of a basis of J's rows, expanded
+        yield jacobian.basis_map, (a1, i8, i8, i8, i8)
+        yield jacobian.expand_basis, (a2, a1, a1, n1, n1, a1)
     from . import lm_step
 
     b1 = types.Array(types.boolean, 1, "C")
