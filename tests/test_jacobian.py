@@ -197,7 +197,7 @@ def test_tiles_sum_each_distinct_entry_once(rows, D):
     from hmoe_estim.kernels.jacobian import _distinct_entries, _tiles
 
     ptr, cols = _distinct_entries(*rows, D)
-    rows2, tptr, tcols, rptr, rcols = _tiles(*rows, D)
+    rows2, tptr, tcols, rptr, rcols = _tiles(*rows, D, True)
     P = ptr.size - 1
     summed = [(p, int(q)) for p in range(P) for q in rcols[rptr[p]:rptr[p + 1]]]
     for g in range(rows2.shape[0]):
@@ -206,6 +206,8 @@ def test_tiles_sum_each_distinct_entry_once(rows, D):
     assert len(summed) == len(set(summed)) == cols.size
     assert set(summed) == {(p, int(q)) for p in range(P) for q in cols[ptr[p]:ptr[p + 1]]}
     assert all(tptr[g + 1] - tptr[g] >= 4 for g in range(rows2.shape[0]))
+    rows2, tptr, tcols, rptr, rcols = _tiles(*rows, D, False)  # no tiles: the rows as they are
+    assert rows2.shape[0] == 0 and np.array_equal(rptr, ptr) and np.array_equal(rcols, cols)
 
 
 @pytest.mark.parametrize("gate", ["none", "output"])

@@ -13,16 +13,18 @@ samples at a time (``P × BLOCK`` per worker), multiplied out (:func:`_accumulat
 dropped. Memory is O(P² + n·D). Entries of ``JᵀJ`` that are equal up to a power of two, by the
 structure of ``J`` (a factor times a monomial of ``x`` per row), are summed once
 (:func:`_distinct_entries`; 60 % of the entries at P = 118) and spread afterwards
-(:func:`_gather`). Rows with nested lists of such entries are paired, and a pair is summed two
-rows by four columns at a time (:func:`_tiles`; 92 % of the sums at P = 118), so that each
-loaded ``J[q, t]`` serves two rows. For the linear gates (none, output) the pass sums the
-products of a basis ``J̃`` of the rows instead, ``J = J̃ L`` with a sparse ``L`` that depends
-on ``theta`` only (:func:`summed_rows`, :func:`basis_map`): the ``H·N·D`` rows
-``g_hi x_d`` stand for the ``H·N·K·D`` rows of ``a`` and the ``H·K`` rows of ``ω``, and
-``JᵀJ = Lᵀ (J̃ᵀJ̃) L`` after the pass (:func:`expand_basis`; 1 040 sums per sample instead of
-4 193 at P = 118). The scalar ``offset`` is an intercept added to ``f``; the
-column sums let the caller append the intercept's column (all ones) to ``J`` in Python, with
-``Σ r``:
+(:func:`_gather`).
+
+For the linear gates (none, output) the pass sums the products of a basis ``J̃`` of the rows
+instead, ``J = J̃ L`` with a sparse ``L`` that depends on ``theta`` only (:func:`summed_rows`,
+:func:`basis_map`): the ``H·N·D`` rows ``g_hi x_d`` stand for the ``H·N·K·D`` rows of ``a``
+and the ``H·K`` rows of ``ω``, and ``JᵀJ = Lᵀ (J̃ᵀJ̃) L`` after the pass
+(:func:`expand_basis`; 1 040 sums per sample instead of 4 193 at P = 118). There, rows with
+nested lists of entries are paired, and a pair is summed two rows by four columns at a time
+(:func:`_tiles`), so that each loaded ``J̃[q, t]`` serves two rows.
+
+The scalar ``offset`` is an intercept added to ``f``; the column sums let the caller append
+the intercept's column (all ones) to ``J`` in Python, with ``Σ r``:
 ``[J 1]ᵀ[J 1] = [[JᵀJ, ΣJ], [ΣJᵀ, n]]`` and ``[J 1]ᵀr = [Jᵀr, Σr]``.
 
 The derivatives per sample, for head ``h``, token ``i``, channel ``k`` (``g_i = g[h, i](x)``,
@@ -281,7 +283,7 @@ def _distinct_entries(n0, Mm, R, D):
 
 
 @njit(cache=True)
-def _tiles(n0, Mm, R, D):
+def _tiles(n0, Mm, R, D, pair):
     """The entries of :func:`_distinct_entries` as tiles of two rows and, for the rest, rows:
     ``(rows2, tptr, tcols, ptr, cols)``.
 
@@ -291,7 +293,8 @@ def _tiles(n0, Mm, R, D):
     column lists are nested: ``ω`` rows ``p, p+1``; the rows ``(M_m, pq)`` of one ``m`` in the
     order of ``q`` (the column list of row ``pq`` depends on ``q`` only and shrinks as ``q``
     grows); the rows ``(a_r, d), (a_r+1, d)``. A pair shares the intersection of its two lists
-    when it has four columns or more. Depends only on the layout ``(n0, Mm, R, D)``.
+    when it has four columns or more. Without ``pair``, no tiles: every row sums its own
+    columns. Depends only on the layout ``(n0, Mm, R, D)``.
     """
     T, o1, o2, P = _rows_offsets(n0, Mm, R, D)
     ptr0, cols0 = _distinct_entries(n0, Mm, R, D)
@@ -325,7 +328,7 @@ def _tiles(n0, Mm, R, D):
     nt = 0
     i = 0
     while i < P:
-        if i + 1 < P and cls[i + 1] == cls[i]:
+        if pair and i + 1 < P and cls[i + 1] == cls[i]:
             p, p2 = seq[i], seq[i + 1]
             a, ea, c, ec = ptr0[p], ptr0[p + 1], ptr0[p2], ptr0[p2 + 1]
             common = 0
@@ -539,7 +542,9 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
      fh, rest) = _temporaries(H, N, K, D, gate, nj + 1)
     J = rest[:nj]
     res = rest[nj]
-    rows2, tptr, tcols, ptr, cols = _tiles(n0, Mm, R, D if sums else 1)
+    # tiles for the basis only: on the value and SDPA gates' rows they did not speed up fits
+    # (one head, side by side) and would change the bits of their sums
+    rows2, tptr, tcols, ptr, cols = _tiles(n0, Mm, R, D if sums else 1, basis)
     for c in range(wk, nchunks, nworkers):
         acc = partial[c]
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
