@@ -801,24 +801,31 @@ def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
     return finish_sums(chunk_total(partial), theta, H, N, K, D, gate)
 
 
+def sums_layout(H, N, K, D, gate):
+    """``(P̃, idx, scale, basis)``: the number of rows the pass sums (:func:`summed_rows`), the
+    spreading of their summed entries (:func:`_gather`), and whether they are the basis ``J̃``
+    of a linear gate, to be expanded (:func:`expand_basis`). One chunk's sums are
+    ``[J̃ᵀJ̃ upper | J̃ᵀr | Σr² | ΣJ̃ | Σr]``: :func:`sums_width` doubles."""
+    rows = _summed_rows(int(H), int(N), int(K), int(gate))
+    idx, scale = _gather(*rows, int(D))
+    return idx.shape[0], idx, scale, gate == GATE_NONE or gate == GATE_OUTPUT
+
+
 def sums_width(H, N, K, D, gate):
-    """Doubles of one chunk's sums: ``[J̃ᵀJ̃ upper | J̃ᵀr | Σr² | ΣJ̃ | Σr]`` for the ``P̃`` rows
-    of :func:`summed_rows`."""
-    P = _rows_offsets_py(*_summed_rows(H, N, K, gate), D)[3]
+    """Doubles of one chunk's sums (:func:`sums_layout`)."""
+    P = sums_layout(H, N, K, D, gate)[0]
     return P * (P + 1) // 2 + 2 * P + 2
 
 
 def finish_sums(total, theta, H, N, K, D, gate):
-    """What :func:`gauss_newton_sums` returns, from the chunks' ``total`` (its ``width``
-    entries): the summed entries spread over ``J̃ᵀJ̃`` (:func:`_gather`) and, for the linear
+    """What :func:`gauss_newton_sums` returns, from the chunks' ``total`` (its
+    :func:`sums_width` entries): the summed entries spread over ``J̃ᵀJ̃`` and, for the linear
     gates, ``J = J̃ L`` expanded (:func:`expand_basis`)."""
-    rows = _summed_rows(H, N, K, gate)
-    P = _rows_offsets_py(*rows, D)[3]
+    P, idx, scale, basis = sums_layout(H, N, K, D, gate)
     ntri = P * (P + 1) // 2
-    idx, scale = _gather(*rows, D)
     JtJ = total[idx] * scale  # the summed entries, spread over the upper triangle, mirrored
     Jtr, colsum = total[ntri:ntri + P].copy(), total[ntri + P + 1:ntri + 2 * P + 1].copy()
-    if gate == GATE_NONE or gate == GATE_OUTPUT:  # the basis J̃: J = J̃ L
+    if basis:  # J = J̃ L
         theta = np.ascontiguousarray(theta, dtype=np.float64)
         JtJ, Jtr, colsum = expand_basis(JtJ, Jtr, colsum, *basis_map(theta, H, N, K, D))
     return JtJ, Jtr, float(total[ntri + P]), colsum, float(total[ntri + 2 * P + 1])

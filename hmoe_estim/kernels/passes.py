@@ -11,15 +11,7 @@ from functools import partial as partial_call
 
 import numpy as np
 
-from .jacobian import (
-    _entry,
-    _gather,
-    _jchunks,
-    _rows_offsets_py,
-    _summed_rows,
-    basis_map,
-    expand_basis,
-)
+from .jacobian import _entry, _jchunks, basis_map, expand_basis, sums_layout, sums_width
 from .lm_step import LMWorkspace
 from .objective import GATE_NONE, GATE_OUTPUT, _chunks, chunk_total, kernel_threads, mixed_values
 
@@ -48,15 +40,13 @@ class KernelPasses:
         XT = np.ascontiguousarray(XT, dtype=np.float64)
         yc = np.ascontiguousarray(y, dtype=np.float64)
         n = XT.shape[1]
-        rows = _summed_rows(H, N, K, g_code)
-        P = _rows_offsets_py(*rows, D)[3]  # rows summed: J's, or the basis J̃ (linear gates)
+        # rows summed (J's, or the basis J̃ of a linear gate), spread and expanded after
+        P, sym, scale, basis = sums_layout(H, N, K, D, g_code)
         ntri = P * (P + 1) // 2
-        width = ntri + 2 * P + 2  # per chunk: [JᵀJ upper | Jᵀr | Σr² | ΣJ | Σr]
+        width = sums_width(H, N, K, D, g_code)  # per chunk: [J̃ᵀJ̃ upper | J̃ᵀr | Σr² | ΣJ̃ | Σr]
         partial = np.zeros((_jchunks(n, width)[1], width))
         no_sums = np.zeros((_chunks(n)[1], 0))  # a forward pass: the chunks only split the work
         out = np.empty(n)
-        sym, scale = _gather(*rows, D)
-        basis = g_code == GATE_NONE or g_code == GATE_OUTPUT
         zeros = np.zeros(ntri + P + 1)
         empty = np.zeros(0)
         self.n, self.shape = n, (H, N, K, D)
