@@ -220,6 +220,18 @@ def _rows_offsets(n0, Mm, R, D):
 
 
 @njit(cache=True)
+def _second_of_pairs(D):
+    """``q`` of each pair ``pq`` (``p <= q``, row-major) of the upper triangle of ``M``."""
+    second = np.empty(D * (D + 1) // 2, dtype=np.int64)
+    k = 0
+    for p1 in range(D):
+        for q1 in range(p1, D):
+            second[k] = q1
+            k += 1
+    return second
+
+
+@njit(cache=True)
 def _distinct_entries(n0, Mm, R, D):
     """The entries of the upper triangle of ``JᵀJ`` that the pass sums: ``cols[ptr[p]:ptr[p+1]]``
     are the columns ``q >= p`` of row ``p``, in increasing order.
@@ -244,12 +256,7 @@ def _distinct_entries(n0, Mm, R, D):
     others (:func:`gauss_newton_sums`). Depends only on the layout.
     """
     T, o1, o2, P = _rows_offsets(n0, Mm, R, D)
-    second = np.empty(T, dtype=np.int64)  # q of the pair pq (p <= q, row-major)
-    k = 0
-    for p1 in range(D):
-        for q1 in range(p1, D):
-            second[k] = q1
-            k += 1
+    second = _second_of_pairs(D)
     ptr = np.empty(P + 1, dtype=np.int64)
     cols = np.empty(P * (P + 1) // 2, dtype=np.int64)
     n = 0
@@ -298,12 +305,7 @@ def _tiles(n0, Mm, R, D, pair):
     """
     T, o1, o2, P = _rows_offsets(n0, Mm, R, D)
     ptr0, cols0 = _distinct_entries(n0, Mm, R, D)
-    second = np.empty(T, dtype=np.int64)  # q of the pair pq (p <= q, row-major)
-    k = 0
-    for p1 in range(D):
-        for q1 in range(p1, D):
-            second[k] = q1
-            k += 1
+    second = _second_of_pairs(D)
     seq = np.empty(P, dtype=np.int64)  # rows in pairing order, cls: their class
     cls = np.empty(P, dtype=np.int64)
     n = 0
@@ -324,6 +326,7 @@ def _tiles(n0, Mm, R, D, pair):
     tptr = np.zeros(P // 2 + 1, dtype=np.int64)
     tcols = np.empty(cols0.size, dtype=np.int64)
     shared = np.zeros(cols0.size, dtype=np.bool_)  # entry of cols0 summed by a tile
+    at = np.empty((cols0.size, 2), dtype=np.int64)  # where a pair's shared columns are in cols0
     ng = 0
     nt = 0
     i = 0
@@ -332,8 +335,10 @@ def _tiles(n0, Mm, R, D, pair):
             p, p2 = seq[i], seq[i + 1]
             a, ea, c, ec = ptr0[p], ptr0[p + 1], ptr0[p2], ptr0[p2 + 1]
             common = 0
-            while a < ea and c < ec:  # sorted lists: count the intersection
+            while a < ea and c < ec:  # sorted lists: the intersection, after the tiles so far
                 if cols0[a] == cols0[c]:
+                    tcols[nt + common] = cols0[a]
+                    at[common, 0], at[common, 1] = a, c
                     common += 1
                     a += 1
                     c += 1
@@ -341,21 +346,12 @@ def _tiles(n0, Mm, R, D, pair):
                     a += 1
                 else:
                     c += 1
-            if common >= 4:
+            if common >= 4:  # a tile; otherwise its columns are overwritten
                 rows2[ng, 0], rows2[ng, 1] = p, p2
-                a, c = ptr0[p], ptr0[p2]
-                while a < ea and c < ec:
-                    if cols0[a] == cols0[c]:
-                        tcols[nt] = cols0[a]
-                        shared[a] = True
-                        shared[c] = True
-                        nt += 1
-                        a += 1
-                        c += 1
-                    elif cols0[a] < cols0[c]:
-                        a += 1
-                    else:
-                        c += 1
+                for j in range(common):
+                    shared[at[j, 0]] = True
+                    shared[at[j, 1]] = True
+                nt += common
                 ng += 1
                 tptr[ng] = nt
             i += 2
@@ -435,6 +431,18 @@ def _dot4(J, p, q0, q1, q2, q3, b):
     return s0, s1, s2, s3
 
 
+@njit(cache=True, **INTERNAL)
+def _four(cols, j, e):
+    """``(m, q0, q1, q2, q3)``: the next ``m = e − j`` (at most four used) columns
+    ``cols[j:e]``, the last repeated when there are fewer than four (summed, not added)."""
+    m = e - j
+    q0 = cols[j]
+    q1 = cols[j + 1] if m > 1 else q0
+    q2 = cols[j + 2] if m > 2 else q1
+    q3 = cols[j + 3] if m > 3 else q2
+    return m, q0, q1, q2, q3
+
+
 @njit(cache=True, error_model="numpy", fastmath=_FM, **INTERNAL)
 def _accumulate_block(J, res, P, b, acc, rows2, tptr, tcols, ptr, cols):
     """Add the block's sums of ``JᵀJ`` (the entries of :func:`_distinct_entries`, at their
@@ -455,11 +463,7 @@ def _accumulate_block(J, res, P, b, acc, rows2, tptr, tcols, ptr, cols):
         j = tptr[g]
         e = tptr[g + 1]
         while j < e:
-            m = e - j
-            q0 = tcols[j]
-            q1 = tcols[j + 1] if m > 1 else q0
-            q2 = tcols[j + 2] if m > 2 else q1
-            q3 = tcols[j + 3] if m > 3 else q2
+            m, q0, q1, q2, q3 = _four(tcols, j, e)
             s0, s1, s2, s3, s4, s5, s6, s7 = _dot2x4(J, p0, p1, q0, q1, q2, q3, b)
             acc[i0 + q0] += s0
             acc[i1 + q0] += s4
@@ -489,11 +493,7 @@ def _accumulate_block(J, res, P, b, acc, rows2, tptr, tcols, ptr, cols):
             acc[i0 + cols[j + 7]] += s7
             j += 8
         while j < e:
-            m = e - j
-            q0 = cols[j]
-            q1 = cols[j + 1] if m > 1 else q0
-            q2 = cols[j + 2] if m > 2 else q1
-            q3 = cols[j + 3] if m > 3 else q2
+            m, q0, q1, q2, q3 = _four(cols, j, e)
             s0, s1, s2, s3 = _dot4(J, p, q0, q1, q2, q3, b)
             acc[i0 + q0] += s0
             if m > 1:
