@@ -103,7 +103,7 @@ def _jacobian_block(b, theta, H, N, K, gate, basis, J, x, xx, g, z, phz, dphz, v
     D = x.shape[0]
     T, o1, o2, P = _offsets(H, N, K, D)
     if basis:
-        T, o1, o2, P = _rows_offsets(0, H * (N - 1), H * N, D)
+        T, o1, o2, P = _rows_offsets(*summed_rows(H, N, K, gate), D)
     for h in range(H):
         r0 = h * N
         if gate == GATE_NONE or gate == GATE_OUTPUT:  # compared here: a literal gate prunes
@@ -114,20 +114,21 @@ def _jacobian_block(b, theta, H, N, K, gate, basis, J, x, xx, g, z, phz, dphz, v
                     for d in range(D):
                         for t in range(b):
                             J[o2 + ri * D + d, t] = g[ri, t] * x[d, t]
-            for k in range(K if not basis else 0):
-                hk = h * K + k
-                w = theta[hk]
-                for t in range(b):
-                    J[hk, t] = 0.0
-                for i in range(N):
-                    ri = r0 + i
-                    r = ri * K + k
-                    combine_rows(theta, o2 + r * D, D, x, tmp, zero, b)  # a_ik·x
+            else:
+                for k in range(K):
+                    hk = h * K + k
+                    w = theta[hk]
                     for t in range(b):
-                        J[hk, t] += g[ri, t] * tmp[0, t]
-                    for d in range(D):
+                        J[hk, t] = 0.0
+                    for i in range(N):
+                        ri = r0 + i
+                        r = ri * K + k
+                        combine_rows(theta, o2 + r * D, D, x, tmp, zero, b)  # a_ik·x
                         for t in range(b):
-                            J[o2 + r * D + d, t] = w * g[ri, t] * x[d, t]
+                            J[hk, t] += g[ri, t] * tmp[0, t]
+                        for d in range(D):
+                            for t in range(b):
+                                J[o2 + r * D + d, t] = w * g[ri, t] * x[d, t]
             for i in range(N - 1):
                 ri = r0 + i
                 for t in range(b):
