@@ -199,8 +199,9 @@ def test_auto_candidates_are_the_documented_counts(gate, n_heads, expected):
 @pytest.mark.parametrize("gate,n_heads,expected", [
     ("value", 2, 30),   # gated, several heads: the long race
     ("sdpa", 2, 30),
+    ("none", 2, 30),    # several heads, whatever the gate
     ("value", 1, 10),   # one head
-    ("none", 2, 10),    # linear gate
+    ("none", 1, 10),
 ])
 def test_auto_race_iter_is_the_documented_count(gate, n_heads, expected):
     X, y = make_hmoe_regression(200, n_features=2, n_heads=n_heads, gate=gate, noise=0.05,
@@ -228,9 +229,8 @@ def _assert_auto_is(X, y, kw, search_kw, name, expected, other):
 
 
 def test_race_schedule():
-    # (race_iter, race_samples) of "auto": the long race of several gated heads on 1024
-    # samples; 30 on 4096 for one tanh-gated head; otherwise 10 iterations on 4096 samples,
-    # 1024 for MHA (the output gate's φ ranks its optima on 4096)
+    # (race_iter, race_samples) of "auto": 30 iterations for several heads or one tanh-gated
+    # head, otherwise 10; on 4096 samples, 1024 for MHA and several gated heads
     for gate, heads in [("value", 2), ("sdpa", 3)]:
         s = schedule_of(gate, heads)
         assert (s.race_iter, s.race_samples) == (30, 1024)
@@ -239,13 +239,12 @@ def test_race_schedule():
         assert (s.race_iter, s.race_samples) == (10, 4096)
         s = schedule_of(gate, heads, "tanh")
         assert (s.race_iter, s.race_samples) == (30, 4096)
-    for gate, heads in [("none", 2), ("none", 1)]:
-        s = schedule_of(gate, heads)
-        assert (s.race_iter, s.race_samples) == (10, 1024)
-    for heads in (1, 2):
+    for heads, race_iter in [(1, 10), (2, 30)]:
+        s = schedule_of("none", heads)
+        assert (s.race_iter, s.race_samples) == (race_iter, 1024)
         s = schedule_of("output", heads)
-        assert (s.race_iter, s.race_samples) == (10, 4096)
-    # an explicit race_iter runs on the default subsample of the gate
+        assert (s.race_iter, s.race_samples) == (race_iter, 4096)
+    # each knob given explicitly leaves the other's rule alone
     s = schedule_of("value", 2, race_iter=10)
     assert (s.race_iter, s.race_samples) == (10, 4096)
     s = schedule_of("value", 2, race_samples=2048)
@@ -298,11 +297,12 @@ def test_race_runs_on_race_samples(race_samples):
     assert (abs(passes - round(passes)) > 1e-6) == (m < 3000)
 
 
-@pytest.mark.parametrize("race_iter,expected", [("auto", (30, 1024)), (10, (10, 3000))])
-def test_estimator_races_on_its_schedule(monkeypatch, race_iter, expected):
+@pytest.mark.parametrize("gate,race_iter,expected", [
+    ("value", "auto", (30, 1024)), ("none", "auto", (30, 1024)), ("none", 10, (10, 1024))])
+def test_estimator_races_on_its_schedule(monkeypatch, gate, race_iter, expected):
     # the race and the head restarts' races both run on the schedule: "auto" the long race of
-    # several gated heads on 1024 samples, an explicit count its iterations on the default
-    # subsample (4096 samples: here all 3000)
+    # several heads on 1024 samples; an explicit count its iterations on the gate's
+    # subsample
     seen = []
     real = LevenbergMarquardt.solve
 
@@ -311,12 +311,12 @@ def test_estimator_races_on_its_schedule(monkeypatch, race_iter, expected):
         return real(self, problem, starts, **kw)
 
     monkeypatch.setattr(LevenbergMarquardt, "solve", recording)
-    X, y = make_hmoe_regression(3000, n_features=2, n_heads=2, n_experts=1, gate="value",
+    X, y = make_hmoe_regression(3000, n_features=2, n_heads=2, n_experts=1, gate=gate,
                                 noise=0.05, random_state=6)
     search = Search(n_candidates=8, moves=[HeadRestarts(per_head=2)], race_iter=race_iter)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2, solver=search,
+        est = HMoERegressor(n_heads=2, n_experts=1, gate=gate, n_starts=2, solver=search,
                             max_iter=20, random_state=0).fit(X, y)
     assert (est.schedule_["race_iter"], min(est.schedule_["race_samples"], 3000)) == expected
     # every round races its candidates, then at least one round of head restarts

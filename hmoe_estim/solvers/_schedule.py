@@ -63,17 +63,18 @@ def resolve(search, problem, local):
                    search over signed weights, fold back at the end
     n_candidates   ``32 · n_starts``; MHA: ``16 · n_starts · H`` (its basins are the gate
                    matrices', one set per head)
-    race_iter      10; value/SDPA gates with ``H > 1`` or with tanh: 30 (their candidates
-                   sort slowly)
+    race_iter      10; ``H > 1``, or value/SDPA gates with tanh: 30 (their candidates
+                   sort slowly: after 10 steps a wrong basin still looks best, and a head
+                   restart that reaches the optimum does not yet)
     race_samples   4096; MHA: 1024 (its candidates have nearly converged after the race);
                    value/SDPA with ``H > 1``: 1024 (three times the iterations in the same
                    work); each round races on its own grid of samples
     race_samples   a quarter of ``race_samples``, at least 1024: the first half only sorts
     (first half)   out the hopeless three quarters of the candidates
-    rounds         value/SDPA gates with tanh, with ``H > 1`` or with ``N >= 3``, and MHA
-                   or G5 with ``H > 1``: 6 (a round is an independent draw of the basin;
-                   more tokens, more ways to assign experts to gate regions; several heads
-                   can all settle in one wrong basin); otherwise 1
+    rounds         ``H > 1``, or value/SDPA gates with tanh or with ``N >= 3``: 6 (a round
+                   is an independent draw of the basin; more tokens, more ways to assign
+                   experts to gate regions; several heads can all settle in one wrong
+                   basin); otherwise 1
     agree          2 independent rounds (the starts of one race can all fall in one wrong
                    basin: agreement counts between independent races only)
     moves          ``H > 1``: head restarts (32 per head); value/SDPA with tanh and
@@ -98,7 +99,7 @@ def resolve(search, problem, local):
     else:
         n_cand = int(search.n_candidates)
     if _auto(search.race_iter):
-        race_iter = 30 if (several and gated) or signed_gated else 10
+        race_iter = 30 if several or signed_gated else 10
     else:
         race_iter = int(search.race_iter)
     if _auto(search.race_samples):
@@ -110,8 +111,7 @@ def resolve(search, problem, local):
         race_samples = int(search.race_samples)
     race_first = min(race_samples, max(FIRST_HALF_SAMPLES, race_samples // 4))
     if _auto(search.rounds):
-        rounds = 6 if lm and ((gated and (signed_gated or several or N >= 3))
-                              or (gate in ("none", "output") and several)) else 1
+        rounds = 6 if lm and (several or (gated and (signed_gated or N >= 3))) else 1
     else:
         rounds = int(search.rounds)
     if _auto(search.agree):
