@@ -67,8 +67,7 @@ def resolve(search, problem, local):
                    sort slowly: after 10 steps a wrong basin still looks best, and a head
                    restart that reaches the optimum does not yet)
     race_samples   4096; MHA: 1024 (its candidates have nearly converged after the race);
-                   value/SDPA with ``H > 1``: 1024 (three times the iterations in the same
-                   work); each round races on its own grid of samples
+                   each round races on its own grid of samples
     race_samples   a quarter of ``race_samples``, at least 1024: the first half only sorts
     (first half)   out the hopeless three quarters of the candidates
     rounds         ``H > 1``, or value/SDPA gates with tanh or with ``N >= 3``: 6 (a round
@@ -103,10 +102,7 @@ def resolve(search, problem, local):
     else:
         race_iter = int(search.race_iter)
     if _auto(search.race_samples):
-        if several and gated and _auto(search.race_iter):
-            race_samples = 1024
-        else:
-            race_samples = 1024 if gate == "none" else 4096
+        race_samples = 1024 if gate == "none" else 4096
     else:
         race_samples = int(search.race_samples)
     race_first = min(race_samples, max(FIRST_HALF_SAMPLES, race_samples // 4))
