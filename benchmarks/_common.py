@@ -162,14 +162,24 @@ def geomean(values):
 
 
 def _cpu_model():
+    """The CPU's model name, with its family and model numbers where /proc/cpuinfo has them
+    (a virtual machine may say only "AMD EPYC": family 23 is Zen 1/2, 25 Zen 3/4)."""
+    fields = {}
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model") and key not in fields:
+                    fields[key] = value.strip()
+                if not line.strip() and fields:
+                    break
     except OSError:
         pass
-    return platform.processor()
+    name = fields.get("model name") or platform.processor()
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def environment():
