@@ -255,6 +255,7 @@ def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed, keep_sta
             "starts_not_above_truth": starts_below,
             "n_finished": None if m == "trf" else len(est.start_objectives_),
             "search_rounds": None if m == "trf" else int(est.search_rounds_),
+            "search_stop": None if m == "trf" else est.search_stop_,
             "n_rounds_agreeing": None if m == "trf" else int(est.n_rounds_agreeing_),
         }
         if keep_starts and m != "trf":

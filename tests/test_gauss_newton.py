@@ -229,9 +229,9 @@ def _assert_auto_is(X, y, kw, search_kw, name, expected, other):
 
 
 def test_race_schedule():
-    # (race_iter, race_samples) of "auto": 30 iterations for several heads or one tanh-gated
-    # head, otherwise 10; on 4096 samples, 1024 for MHA (its candidates are nearly converged
-    # after the race)
+    # (race_iter, race_samples) of "auto": 30 iterations for several heads, or one head
+    # behind a value/SDPA gate with tanh or N >= 3, otherwise 10; on 4096 samples, 1024 for
+    # MHA (its candidates are nearly converged after the race)
     for gate, heads in [("value", 2), ("sdpa", 3)]:
         s = schedule_of(gate, heads)
         assert (s.race_iter, s.race_samples) == (30, 4096)
@@ -240,11 +240,15 @@ def test_race_schedule():
         assert (s.race_iter, s.race_samples) == (10, 4096)
         s = schedule_of(gate, heads, "tanh")
         assert (s.race_iter, s.race_samples) == (30, 4096)
+        for tokens in (3, 5):
+            s = schedule_of(gate, heads, "gelu", n_tokens=tokens)
+            assert (s.race_iter, s.race_samples) == (30, 4096)
     for heads, race_iter in [(1, 10), (2, 30)]:
-        s = schedule_of("none", heads)
-        assert (s.race_iter, s.race_samples) == (race_iter, 1024)
-        s = schedule_of("output", heads)
-        assert (s.race_iter, s.race_samples) == (race_iter, 4096)
+        for tokens in (2, 5):  # the linear gates: N does not lengthen the race
+            s = schedule_of("none", heads, n_tokens=tokens)
+            assert (s.race_iter, s.race_samples) == (race_iter, 1024)
+            s = schedule_of("output", heads, n_tokens=tokens)
+            assert (s.race_iter, s.race_samples) == (race_iter, 4096)
     # each knob given explicitly leaves the other's rule alone
     s = schedule_of("value", 2, race_iter=10)
     assert (s.race_iter, s.race_samples) == (10, 4096)

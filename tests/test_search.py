@@ -143,9 +143,9 @@ def test_the_estimators_have_at_most_18_parameters():
 
 def test_the_estimator_knobs_override_the_solver_s_without_changing_it(tiny):
     X, y = tiny
-    # (two candidates for two starts: no race, so max_iter caps every start)
+    # (two candidates for two starts: no race, so max_iter caps every start; one round)
     search = Search(local=LevenbergMarquardt(max_iter=50, tol=1e-6), n_starts=1,
-                    n_candidates=2)
+                    n_candidates=2, rounds=1)
     est = _fit(HMoERegressor(n_experts=1, solver=search, n_starts=2, max_iter=3,
                              random_state=0), X, y)
     assert est.schedule_["n_starts"] == 2 and est.start_objectives_.shape == (2,)

@@ -89,23 +89,24 @@ def test_the_search_stops_once_the_optimum_is_found_by_enough_rounds(activation,
     assert to_stop in stopped_with
 
 
-@pytest.mark.parametrize("gate,n_heads,activation,rounds", [
-    ("value", 2, "sigmoid", 6),   # gated with several heads: up to 6 rounds
-    ("sdpa", 2, "gelu", 6),
-    ("sdpa", 1, "tanh", 6),       # gated with signed weights (odd φ): up to 6 rounds
-    ("value", 1, "tanh", 6),
-    ("value", 2, "tanh", 6),
-    ("value", 1, "sigmoid", 1),   # one head otherwise: one round
-    ("sdpa", 1, "silu", 1),
-    ("none", 1, "sigmoid", 1),    # one MHA head: one round
-    ("none", 2, "sigmoid", 6),    # several MHA heads: up to 6 rounds
-    ("output", 1, "tanh", 1),     # one G5 head: one round
-    ("output", 2, "sigmoid", 6),  # several G5 heads: up to 6 rounds
+@pytest.mark.parametrize("gate,n_heads,activation,rounds,first", [
+    ("value", 2, "sigmoid", 6, 0),   # gated with several heads: rounds must agree
+    ("sdpa", 2, "gelu", 6, 0),
+    ("sdpa", 1, "tanh", 6, 0),       # gated with signed weights (odd φ): rounds must agree
+    ("value", 1, "tanh", 6, 0),
+    ("value", 2, "tanh", 6, 0),
+    ("value", 1, "sigmoid", 1, 0),   # one gated head otherwise (N = 2): one round
+    ("sdpa", 1, "silu", 1, 0),
+    ("none", 1, "sigmoid", 6, 3),    # one MHA head: 3 of 4 agreeing starts end round 1
+    ("none", 2, "sigmoid", 6, 0),    # several MHA heads: rounds must agree
+    ("output", 1, "tanh", 6, 3),     # one G5 head: 3 of 4 agreeing starts end round 1
+    ("output", 2, "sigmoid", 6, 0),  # several G5 heads
 ])
-def test_auto_search_rounds_is_the_documented_count(gate, n_heads, activation, rounds):
+def test_auto_search_rounds_is_the_documented_count(gate, n_heads, activation, rounds, first):
     # starts stopped after 2 iterations end apart, so the optimum is never found twice and
-    # the search runs until its cap: "auto" must run exactly the documented count, fit as the
-    # explicit count does, and one round fewer than a cap one higher
+    # the search runs until its cap: "auto" must run exactly the documented count, fit as
+    # the explicit count does, and one round fewer than a cap one higher
+    assert schedule_of(gate, n_heads, activation).first_round_agree == first
     X, y = make_hmoe_regression(200, n_features=2, n_heads=n_heads, gate=gate,
                                 activation=activation, noise=0.05, random_state=4)
     kw = dict(n_heads=n_heads, n_experts=1, gate=gate, activation=activation, n_starts=1,
@@ -154,27 +155,64 @@ def test_lbfgs_runs_one_round():
 
 
 def test_search_rounds_schedule():
+    # up to 6 rounds with LM, until two rounds agree; a majority of agreeing starts ends the
+    # first round of one MHA or G5 head; one value/SDPA head with N = 2 and no tanh: one round
     for gate in ("value", "sdpa"):
         for heads in (1, 2, 3):
-            assert schedule_of(gate, heads, "tanh").rounds == 6
+            s = schedule_of(gate, heads, "tanh")
+            assert (s.rounds, s.first_round_agree) == (6, 0)
             for act in ("sigmoid", "gelu", "silu"):
-                assert schedule_of(gate, heads, act).rounds == (6 if heads > 1 else 1)
-                # more tokens, more ways to assign experts to gate regions: several rounds
+                s = schedule_of(gate, heads, act)
+                assert (s.rounds, s.first_round_agree) == (1 if heads == 1 else 6, 0)
+                # more tokens, more ways to assign experts to gate regions
                 for tokens in (3, 4):
-                    assert schedule_of(gate, heads, act, n_tokens=tokens).rounds == 6
+                    s = schedule_of(gate, heads, act, n_tokens=tokens)
+                    assert (s.rounds, s.first_round_agree) == (6, 0)
             # L-BFGS-B: one round
-            assert schedule_of(gate, heads, "tanh", local="lbfgs").rounds == 1
+            s = schedule_of(gate, heads, "tanh", local="lbfgs")
+            assert (s.rounds, s.first_round_agree) == (1, 0)
     for gate in ("none", "output"):
         for act in ("sigmoid", "tanh"):
-            # several MHA or G5 heads can all settle in one wrong basin: rounds
-            assert schedule_of(gate, 2, act).rounds == 6
-            assert schedule_of(gate, 1, act, n_tokens=4).rounds == 1
+            # several MHA or G5 heads can all settle in one wrong basin: rounds must agree
+            s = schedule_of(gate, 2, act)
+            assert (s.rounds, s.first_round_agree) == (6, 0)
+            s = schedule_of(gate, 1, act, n_tokens=4)
+            assert (s.rounds, s.first_round_agree) == (6, 3)
+            # a majority of the starts, at least two (one start never agrees with another)
+            for n_starts, first in [(1, 2), (2, 2), (3, 2), (4, 3), (8, 5)]:
+                assert schedule_of(gate, 1, act, n_starts=n_starts).first_round_agree == first
             assert schedule_of(gate, 2, act, local="lbfgs").rounds == 1
-    assert schedule_of("value", 2, rounds=3).rounds == 3
+    # rounds given: exactly those, agreement between rounds only
+    s = schedule_of("value", 1, rounds=3)
+    assert (s.rounds, s.first_round_agree) == (3, 0)
     with pytest.raises(ValueError, match="gate"):
         schedule_of("bogus", 2, "tanh")
     with pytest.raises(ValueError, match="activation"):
         schedule_of("value", 2, "bogus")
+
+
+def test_the_first_round_is_enough_when_its_starts_agree_and_only_then():
+    # one MHA head (its first round may be enough): a round whose starts agree (3 of 4) ends
+    # the search ("starts"), otherwise fresh rounds follow until two rounds agree; the first
+    # round is the same either way
+    X, y = make_hmoe_regression(1000, n_tokens=4, n_features=2, n_experts=2, gate="none",
+                                noise=0.1, random_state=3)
+    stops = {}
+    for seed in range(4):
+        kw = dict(n_tokens=4, n_experts=3, gate="none", random_state=seed)
+        auto = _fit(X, y, solver=Search(n_candidates=16), **kw)
+        one = _fit(X, y, solver=Search(n_candidates=16, rounds=1), **kw)
+        np.testing.assert_array_equal(auto.start_objectives_[:4], one.start_objectives_)
+        first = count_agreeing(one.start_objectives_, len(y))
+        if first >= auto.schedule_["first_round_agree"]:
+            assert auto.search_stop_ == "starts" and auto.search_rounds_ == 1
+            np.testing.assert_array_equal(auto.theta_, one.theta_)
+        else:
+            assert auto.search_rounds_ >= 2 and auto.search_stop_ in ("agreement", "rounds")
+            assert auto.objective_ <= one.objective_
+        stops[auto.search_stop_] = stops.get(auto.search_stop_, 0) + 1
+    # both branches occur on these seeds
+    assert stops.get("starts", 0) >= 1 and len(stops) >= 2, stops
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, "many", None, True])

@@ -160,9 +160,10 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         objective.
     search_rounds_ : int
         Rounds of the search that ran.
-    search_stop_ : {"agreement", "rounds", "budget"}
-        Why the search stopped: the optimum found by enough starts, the last round, or the
-        time budget of the ``Search`` (``max_seconds``; the fit warns).
+    search_stop_ : {"agreement", "starts", "rounds", "budget"}
+        Why the search stopped: the optimum found by ``agree`` rounds, by most starts of
+        the first round (one MHA or G5 head only: the solver page's rules), the last round, or
+        the time budget of the ``Search`` (``max_seconds``; the fit warns).
     schedule_ : dict
         The settings the search ran with (every ``"auto"`` resolved).
     dropped_ : dict

@@ -210,7 +210,7 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
     n_rounds_agreeing_ : int
         Independent rounds of the search that reached the best objective.
     search_rounds_ : int
-    search_stop_ : {"agreement", "rounds", "budget"}
+    search_stop_ : {"agreement", "starts", "rounds", "budget"}
     search_cost_ : dict
         Phase -> ``{"passes": p, "seconds": s}`` (as :class:`~hmoe_estim.HMoERegressor`).
     n_iter_ : int

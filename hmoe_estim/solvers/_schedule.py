@@ -36,6 +36,7 @@ class Schedule:
     rounds: int
     agree: int
     signed: bool
+    first_round_agree: int = 0
     moves: list = field(default_factory=list)
     move_rounds: int = MOVE_ROUNDS
     race_fraction: int = RACE_FRACTION
@@ -63,17 +64,21 @@ def resolve(search, problem, local):
                    search over signed weights, fold back at the end
     n_candidates   ``32 · n_starts``; MHA: ``16 · n_starts · H`` (its basins are the gate
                    matrices', one set per head)
-    race_iter      10; ``H > 1``, or value/SDPA gates with tanh: 30 (their candidates
-                   sort slowly: after 10 steps a wrong basin still looks best, and a head
-                   restart that reaches the optimum does not yet)
+    race_iter      10; 30 for ``H > 1`` or value/SDPA gates with tanh or
+                   ``N >= 3`` (their candidates sort slowly: after 10 steps a wrong basin
+                   still looks best, and a head restart that reaches the optimum does not
+                   yet)
     race_samples   4096; MHA: 1024 (its candidates have nearly converged after the race);
                    each round races on its own grid of samples
     race_samples   a quarter of ``race_samples``, at least 1024: the first half only sorts
     (first half)   out the hopeless three quarters of the candidates
-    rounds         ``H > 1``, or value/SDPA gates with tanh or with ``N >= 3``: 6 (a round
-                   is an independent draw of the basin; more tokens, more ways to assign
-                   experts to gate regions; several heads can all settle in one wrong
-                   basin); otherwise 1
+    rounds         6, until ``agree`` rounds reach the best objective (a round is an
+                   independent draw of the basin); one MHA or G5 head: also stop after the
+                   first round when a majority of its starts agree (``first_round_agree``,
+                   at least 2; 3 of 4): its race's starts disagree when it misses, which
+                   it does more often as P grows, and two can share a wrong basin; one
+                   value/SDPA head with N = 2 and no tanh: 1 (more rounds bought no
+                   certified fit there, at twice the cost)
     agree          2 independent rounds (the starts of one race can all fall in one wrong
                    basin: agreement counts between independent races only)
     moves          ``H > 1``: head restarts (32 per head); value/SDPA with tanh and
@@ -87,6 +92,10 @@ def resolve(search, problem, local):
     gated = gate in ("value", "sdpa")
     signed_gated = gated and act in ODD_ACTIVATIONS
     several = H > 1
+    # one head whose race sorts its candidates in 10 iterations; the others' (several heads,
+    # tanh or N >= 3 behind a value/SDPA gate) sort slowly, and their starts can all settle
+    # in one wrong basin
+    simple = not (several or (gated and (signed_gated or N >= 3)))
 
     if _auto(search.n_candidates):
         if not lm:
@@ -98,7 +107,7 @@ def resolve(search, problem, local):
     else:
         n_cand = int(search.n_candidates)
     if _auto(search.race_iter):
-        race_iter = 30 if several or signed_gated else 10
+        race_iter = 10 if simple else 30
     else:
         race_iter = int(search.race_iter)
     if _auto(search.race_samples):
@@ -106,8 +115,11 @@ def resolve(search, problem, local):
     else:
         race_samples = int(search.race_samples)
     race_first = min(race_samples, max(FIRST_HALF_SAMPLES, race_samples // 4))
+    first_agree = 0
     if _auto(search.rounds):
-        rounds = 6 if lm and (several or (gated and (signed_gated or N >= 3))) else 1
+        rounds = 1 if not lm or (simple and gated) else 6
+        if lm and simple and not gated:
+            first_agree = max(2, n_starts // 2 + 1)  # a majority: two can share a wrong basin
     else:
         rounds = int(search.rounds)
     if _auto(search.agree):
@@ -128,4 +140,4 @@ def resolve(search, problem, local):
         moves = list(search.moves)
     return Schedule(n_starts=n_starts, n_candidates=n_cand, race_iter=race_iter,
                     race_samples=race_samples, race_samples_first=race_first, rounds=rounds,
-                    agree=agree, signed=signed, moves=moves)
+                    agree=agree, signed=signed, moves=moves, first_round_agree=first_agree)

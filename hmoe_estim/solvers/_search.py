@@ -22,7 +22,8 @@ it with no oracle (nothing about the truth), only the data and random starts:
   samples, until the best objective has been reached by ``agree`` rounds (within
   ``1 · σ̂²/n``), or ``rounds`` rounds; the best start of all rounds is kept. Agreement is
   counted between rounds, which are independent races, and not between the starts of one
-  race: those can all come from one basin.
+  race: those can all come from one basin. Only where the schedule allows it
+  (``first_round_agree``: one MHA or G5 head) do agreeing starts end the first round.
 
 Every ``"auto"`` is resolved by :func:`hmoe_estim.solvers._schedule.resolve`, from one table.
 """
@@ -56,9 +57,10 @@ class SearchResult:
     round; ``best``: the index of the lowest objective; ``n_passes``: passes over the data of
     the whole search (abandoned race candidates included, in units of full passes);
     ``rounds``: rounds run; ``move_rounds``: rounds that improved, per move family
-    (``{"restart": r, "local": l}``); ``stop``: why the search stopped (``"agreement"``,
-    ``"rounds"``, or ``"budget"``: the time budget left out a round or a move); ``dropped``:
-    reason → number of candidates or moves left out because they gave non-finite values;
+    (``{"restart": r, "local": l}``); ``stop``: why the search stopped (``"agreement"`` of
+    rounds, ``"starts"`` of the first round's starts, ``"rounds"``, or ``"budget"``: the
+    time budget left out a round or a move); ``dropped``: reason → number of candidates or
+    moves left out because they gave non-finite values;
     ``schedule``: the resolved settings; ``rounds_agreeing``: rounds whose best start reached
     the best objective; ``starts_agreeing``: finished starts that did (both within
     ``σ̂²/n`` in residuals, or at the rounding level of a noiseless fit); ``cost``: where the
@@ -114,7 +116,8 @@ class Search(BaseEstimator):
     race_samples : int or "auto", default="auto"
         Samples of the race (evenly spaced; all of them when there are fewer).
     rounds : int or "auto", default="auto"
-        Most rounds of the search.
+        Most rounds of the search (``"auto"``: 6; one MHA or G5 head stops after the first
+        round when its starts agree; one value/SDPA head with ``N = 2`` and no tanh: 1).
     agree : int or "auto", default="auto"
         Rounds (independent races) whose best start must reach the best objective (within
         ``1 · σ̂²/n``) for the rounds to stop.
@@ -380,6 +383,11 @@ class _Run:
                       f"{min(round_best):.6g}, reached by {agreeing} round(s)")
             if agreeing >= s.agree and s.rounds > 1:
                 stop = "agreement"
+                break
+            if r == 0 and s.first_round_agree and count_agreeing(
+                    [f.objective for f in found], self.n_res, AGREE_TOL,
+                    self.floor) >= s.first_round_agree:
+                stop = "starts"
                 break
             if r + 1 < s.rounds and self.over_budget():
                 break
