@@ -117,7 +117,8 @@ class Search(BaseEstimator):
         Samples of the race (evenly spaced; all of them when there are fewer).
     rounds : int or "auto", default="auto"
         Most rounds of the search (``"auto"``: 6; one MHA or G5 head stops after the first
-        round when its starts agree; one value/SDPA head with ``N = 2`` and no tanh: 1).
+        round when most of its starts agree; one value/SDPA head with ``N = 2`` and no
+        tanh: 1).
     agree : int or "auto", default="auto"
         Rounds (independent races) whose best start must reach the best objective (within
         ``1 · σ̂²/n``) for the rounds to stop.
