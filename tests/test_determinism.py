@@ -108,3 +108,25 @@ def test_soft_mode_steps_do_not_depend_on_blas_threads():
             steps.append(b"".join(t.tobytes()
                                   for t in SoftModes().propose(problem, theta, None)))
     assert steps[0] == steps[1]
+
+
+def test_fit_bits_do_not_depend_on_the_layout_of_the_data():
+    # Fortran order, read-only and strided views of X and y give the same bits, and so do
+    # n_jobs=2 workers whose data joblib hands over as read-only memory maps (arrays above
+    # 1 MB): a kernel specialised for another array layout could sum in another order
+    X, y = make_hmoe_regression(50_000, n_features=3, n_experts=1, gate="value", noise=0.1,
+                                random_state=6)
+    kw = dict(gate="value", n_experts=1, max_iter=4, random_state=0,
+              solver=Search(n_starts=2, n_candidates=2, rounds=1, moves=[]))
+    ro_X, ro_y = X.copy(), y.copy()
+    ro_X.setflags(write=False)
+    ro_y.setflags(write=False)
+    wide = np.repeat(X, 2, axis=1)
+    prints = set()
+    for data, n_jobs in [((X, y), 1), ((X, y), 2), ((np.asfortranarray(X), y), 1),
+                         ((ro_X, ro_y), 1), ((wide[:, ::2], y[::1]), 1)]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = HMoERegressor(n_jobs=n_jobs, **kw).fit(*data)
+        prints.add(_fingerprint(est))
+    assert len(prints) == 1
