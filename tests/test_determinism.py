@@ -121,10 +121,11 @@ def test_fit_bits_do_not_depend_on_the_layout_of_the_data():
     ro_X, ro_y = X.copy(), y.copy()
     ro_X.setflags(write=False)
     ro_y.setflags(write=False)
-    wide = np.repeat(X, 2, axis=1)
+    wide_X, wide_y = np.repeat(X, 2, axis=1), np.repeat(y, 2)
     prints = set()
     for data, n_jobs in [((X, y), 1), ((X, y), 2), ((np.asfortranarray(X), y), 1),
-                         ((ro_X, ro_y), 1), ((wide[:, ::2], y[::1]), 1)]:
+                         ((ro_X, ro_y), 1), ((wide_X[:, ::2], wide_y[::2]), 1)]:
+        assert np.array_equal(data[0], X) and np.array_equal(data[1], y)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             est = HMoERegressor(n_jobs=n_jobs, **kw).fit(*data)

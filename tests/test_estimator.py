@@ -65,8 +65,13 @@ def test_recovery_noiseless(gate):
     assert est.measure_.shape == (1, 2, 2, 2)
     assert est.measure_.is_normalized()
     assert np.all(est.measure_.omega >= 0)
-    # four finished starts a round (a second round when the first one's starts disagree)
+    # four finished starts a round: one round for one gated head with N = 2; one MHA head
+    # stops after one only when most of its starts agree
     assert est.start_objectives_.shape == (4 * est.search_rounds_,)
+    if gate != "none":
+        assert est.search_rounds_ == 1 and est.search_stop_ == "rounds"
+    elif est.search_rounds_ == 1:
+        assert est.search_stop_ == "starts" and est.n_starts_agreeing_ >= 3
     assert est.objective_ == est.start_objectives_.min()
 
 

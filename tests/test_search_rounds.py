@@ -182,9 +182,11 @@ def test_search_rounds_schedule():
             for n_starts, first in [(1, 2), (2, 2), (3, 2), (4, 3), (8, 5)]:
                 assert schedule_of(gate, 1, act, n_starts=n_starts).first_round_agree == first
             assert schedule_of(gate, 2, act, local="lbfgs").rounds == 1
-    # rounds given: exactly those, agreement between rounds only
-    s = schedule_of("value", 1, rounds=3)
-    assert (s.rounds, s.first_round_agree) == (3, 0)
+    # rounds given: exactly those, agreement between rounds only (no first-round stop, where
+    # "auto" would have one), for one head and for several
+    for gate, heads in [("none", 1), ("output", 1), ("value", 2)]:
+        s = schedule_of(gate, heads, rounds=3)
+        assert (s.rounds, s.first_round_agree) == (3, 0)
     with pytest.raises(ValueError, match="gate"):
         schedule_of("bogus", 2, "tanh")
     with pytest.raises(ValueError, match="activation"):

@@ -77,8 +77,7 @@ def resolve(search, problem, local):
                    first round when a majority of its starts agree (``first_round_agree``,
                    at least 2; 3 of 4): its race's starts disagree when it misses, which
                    it does more often as P grows, and two can share a wrong basin; one
-                   value/SDPA head with N = 2 and no tanh: 1 (more rounds bought no
-                   certified fit there, at twice the cost)
+                   value/SDPA head with N = 2 and no tanh: 1 (its race does not miss)
     agree          2 independent rounds (the starts of one race can all fall in one wrong
                    basin: agreement counts between independent races only)
     moves          ``H > 1``: head restarts (32 per head); value/SDPA with tanh and
