@@ -46,6 +46,7 @@ _LAZY = {
     "voronoi_cells": "metrics",
     "expert_error": "metrics",
     "regression_error": "metrics",
+    "fit_metrics": "metrics",
     "make_voronoi_scorer": "metrics",
     "make_expert_error_scorer": "metrics",
     "make_regression_error_scorer": "metrics",

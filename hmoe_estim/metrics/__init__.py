@@ -14,6 +14,7 @@ from ._atoms import (
 from ._branches import DEFAULT_N_REF, EXPERT_READINGS, reference_sample
 from ._branches import branch_distances as branch_distances  # for the layer metrics
 from ._expert import WEIGHTINGS, expert_error, regression_error
+from ._fit_metrics import fit_metrics
 from ._identifiability import (
     PHI_AT_ZERO,
     IdentifiabilityReport,
@@ -43,6 +44,7 @@ __all__ = [
     "VoronoiDetails",
     "expert_error",
     "regression_error",
+    "fit_metrics",
     "WEIGHTINGS",
     "make_voronoi_scorer",
     "make_expert_error_scorer",

@@ -38,7 +38,7 @@ from ._branches import (
 )
 from ._voronoi import _voronoi_details, voronoi_cells
 
-__all__ = ["expert_error", "regression_error", "WEIGHTINGS"]
+__all__ = ["expert_error", "regression_error", "channel_expert_errors", "WEIGHTINGS"]
 
 #: Treatments of cells holding several fitted channels.
 WEIGHTINGS = ("heaviest", "weighted", "max")
@@ -51,6 +51,48 @@ def _atom_errors(X, a_hat, a_true, reading, activation):
     else:
         diff = phi(activation, X @ a_hat.T) - phi(activation, X @ a_true.T)
     return np.abs(diff).max(axis=0)
+
+
+def channel_expert_errors(measure, true_measure, details, X, *, expert, activation, weighting,
+                          token_matching="auto"):
+    """Per-true-expert errors at the channel level, shape ``(H*, N, K*)``, from the
+    :class:`~hmoe_estim.metrics.VoronoiDetails` of the ``L_2`` loss (``r=None``) on the
+    validated reference sample ``X`` (shared with the Voronoi loss of the same fit)."""
+    cells = details.cells
+    Hs, N, Ks, _ = true_measure.shape
+    M_true = true_measure.normalized().M
+    errors = np.empty((Hs, N, Ks))
+    for h in range(Hs):
+        for k in range(Ks):
+            members = cells.members[h][k]
+            a_true = true_measure.a[h, :, k]
+            if members:
+                atoms = [(m, details.token_permutations[m], cells.signs[m]) for m in members]
+            else:
+                dist = cells.distances[:, :, h, k]
+                hp, kp = np.unravel_index(np.argmin(dist), dist.shape)
+                sign = cells.pair_signs[hp, kp, h, k]
+                cost_M, cost_a = token_cost_tables(
+                    measure.M[hp], sign * measure.a[hp, :, kp], M_true[h], a_true, 1
+                )
+                perm, _ = match_tokens(cost_M, cost_a, method=token_matching)
+                atoms = [((int(hp), int(kp)), perm, sign)]
+            errs = np.array(
+                [
+                    _atom_errors(X, sign * measure.a[hp, perm, kp], a_true, expert, activation)
+                    for (hp, kp), perm, sign in atoms
+                ]
+            )  # (n_atoms, N)
+            w = np.array([abs(measure.omega[m]) for m, _, _ in atoms])
+            if weighting == "heaviest" or len(atoms) == 1:
+                errors[h, :, k] = errs[int(np.argmax(w))]
+            elif weighting == "max":
+                errors[h, :, k] = errs.max(axis=0)
+            else:
+                aw = np.abs(w)
+                aw = aw / aw.sum() if aw.sum() > 0 else np.full(len(aw), 1.0 / len(aw))
+                errors[h, :, k] = aw @ errs
+    return errors
 
 
 def expert_error(
@@ -161,39 +203,9 @@ def expert_error(
     cells = voronoi_cells(measure, true_measure, gate=gate, activation=activation, X_ref=X,
                           sign_symmetry=sign_symmetry)
     details = _voronoi_details(measure, true_measure, cells, None, token_matching)
-    Hs, N, Ks, _ = true_measure.shape
-    M_true = true_measure.normalized().M
-    errors = np.empty((Hs, N, Ks))
-    for h in range(Hs):
-        for k in range(Ks):
-            members = cells.members[h][k]
-            a_true = true_measure.a[h, :, k]
-            if members:
-                atoms = [(m, details.token_permutations[m], cells.signs[m]) for m in members]
-            else:
-                dist = cells.distances[:, :, h, k]
-                hp, kp = np.unravel_index(np.argmin(dist), dist.shape)
-                sign = cells.pair_signs[hp, kp, h, k]
-                cost_M, cost_a = token_cost_tables(
-                    measure.M[hp], sign * measure.a[hp, :, kp], M_true[h], a_true, 1
-                )
-                perm, _ = match_tokens(cost_M, cost_a, method=token_matching)
-                atoms = [((int(hp), int(kp)), perm, sign)]
-            errs = np.array(
-                [
-                    _atom_errors(X, sign * measure.a[hp, perm, kp], a_true, reading, activation)
-                    for (hp, kp), perm, sign in atoms
-                ]
-            )  # (n_atoms, N)
-            w = np.array([abs(measure.omega[m]) for m, _, _ in atoms])
-            if weighting == "heaviest" or len(atoms) == 1:
-                errors[h, :, k] = errs[int(np.argmax(w))]
-            elif weighting == "max":
-                errors[h, :, k] = errs.max(axis=0)
-            else:
-                aw = np.abs(w)
-                aw = aw / aw.sum() if aw.sum() > 0 else np.full(len(aw), 1.0 / len(aw))
-                errors[h, :, k] = aw @ errs
+    errors = channel_expert_errors(measure, true_measure, details, X, expert=reading,
+                                   activation=activation, weighting=weighting,
+                                   token_matching=token_matching)
     return errors if per_expert else float(errors.max())
 
 

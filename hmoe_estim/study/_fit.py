@@ -89,7 +89,7 @@ def _fit_one(config, truth, model, n, rep, seed):
 
     from ..datasets import make_hmoe_regression
     from ..estimators import HMoERegressor
-    from ..metrics import expert_error, regression_error, voronoi_loss
+    from ..metrics import fit_metrics
     from ..model import regression_function, split_heaviest_channel
 
     fit = config.fit
@@ -132,26 +132,12 @@ def _fit_one(config, truth, model, n, rep, seed):
     X_ref = reference_sample_for(config)
     r = config.metrics.r or None
     G = est.measure_
-    kw = dict(gate=model.gate, activation=model.activation, X_ref=X_ref)
-    det = voronoi_loss(G, truth, r=r, return_details=True, **kw)
     record = {
         **record_head(model, n, rep, seed, data_seed, est_seed, fit.init),
         "split_init": bool(fit.split_init),
         "K": int(K),
         "K_true": int(truth.n_experts),
-        "voronoi_loss": float(det.loss),
-        "voronoi_weight": float(det.weight_part),
-        "voronoi_exact": float(det.exact_part),
-        "voronoi_over": float(det.over_part),
-        "voronoi_r": r,
-        "extra_weights": [float(w) for w in det.extra_weights],
-        "extra_weight": float(np.sum(det.extra_weights)),
-        "cell_sizes": det.cells.sizes.tolist(),
-        "expert_error": expert_error(G, truth, weighting="heaviest", **kw),
-        "expert_error_weighted": expert_error(G, truth, weighting="weighted", **kw),
-        "expert_error_max": expert_error(G, truth, weighting="max", **kw),
-        "regression_error": regression_error(G, truth, **kw),
-        **measure_level_metrics(G, truth, r=r, **kw),
+        **fit_metrics(G, truth, gate=model.gate, activation=model.activation, X_ref=X_ref, r=r),
         "fit_seconds": fit_seconds,
         "converged": bool(est.converged_),
         "search_rounds": int(est.search_rounds_),
