@@ -5,14 +5,15 @@ and defaults) with one head, the SDPA gate, sigmoid, ``(H, N, K, D) = (1, 2, 2, 
 on data of ``make_hmoe_regression`` (noise σ = 0.1), for ``n`` in {1e3, 1e4, 1e5, 1e6}, two
 truths (data sets) per ``n``, 2 threads. Each ``n`` runs in a fresh subprocess: after imports and
 a warm-up fit on 300 samples (the compiled kernels are then in the baseline) the resident set
-is read, the data are loaded (drawn by the parent, stored as ``.npy``), and the fits run. Per
-fit: wall and CPU seconds (``time.process_time``, all threads of the process), the passes of
-``search_cost_`` by phase (their total is ``n_kernel_passes_``), the search's rounds and stop,
-``train_r2_``, the other processes' load (cores, ``/proc/stat``). Per ``n``: the peak resident
-set's growth over the baseline (``ru_maxrss``, as ``bench_scaling.py`` measures it; it includes
-the data, shown next to it as ``(D + 1) · 8`` bytes per sample). Reported: the median per
-``n``, the ratio per decade, and the exponent ``b`` of ``time ∝ n^b`` (least squares of
-``log t`` on ``log n`` over every fit).
+is read and the kernel's peak counter reset (``VmHWM``, ``/proc/self/clear_refs``), the data
+are loaded (drawn by the parent, stored as ``.npy``), and the fits run. Per fit: wall and CPU
+seconds (``time.process_time``, all threads of the process), the passes of ``search_cost_`` by
+phase (their total is ``n_kernel_passes_``), the search's rounds and stop, ``train_r2_``, the
+other processes' load (cores, ``/proc/stat``). Per ``n``: the peak resident set's growth over
+the baseline (the ``VmHWM`` peak after the reset; ``ru_maxrss`` where the reset is refused,
+which cannot see a peak below the warm-up's; it includes the data, shown next to it as
+``(D + 1) · 8`` bytes per sample). Reported: the median per ``n``, the ratio per decade, and
+the exponent ``b`` of ``time ∝ n^b`` (least squares of ``log t`` on ``log n`` over every fit).
 
 Part 2 — fit time against ``P``, from the wide suite's committed results
 (``results/solver_wide_one_head.json``, 384 default fits of fresh truths, no new fits): median
@@ -110,6 +111,7 @@ def worker(args):
     gc.collect()
     rss0 = _rss_bytes()
     maxrss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak_reset = _reset_peak_rss()  # else the warm-up's own peak would hide the fits' below it
     fits, data_bytes = [], None
     for path in args.data.split(","):
         with np.load(path) as z:
@@ -136,12 +138,35 @@ def worker(args):
         del X, y, est
         gc.collect()
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = _peak_rss() if peak_reset else maxrss
     from _threads import thread_report
 
     print(json.dumps({"n": args.n, "fits": fits, "data_bytes": data_bytes,
                       "thread_report": thread_report(),
                       "rss_before": rss0, "maxrss_before": maxrss0, "maxrss_after": maxrss,
-                      "peak_growth": maxrss - rss0}))
+                      "peak_after": peak,
+                      "peak_method": "VmHWM, reset after the warm-up" if peak_reset
+                      else "ru_maxrss (VmHWM reset refused)",
+                      "peak_growth": peak - rss0}))
+
+
+def _reset_peak_rss():
+    """Reset the kernel's peak resident set (``VmHWM``) to the current one; False if refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss():
+    """``VmHWM`` of ``/proc/self/status`` in bytes: the peak resident set since the reset."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def _run_worker(extra):
