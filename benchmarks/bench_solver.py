@@ -257,6 +257,10 @@ def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed, keep_sta
             "search_rounds": None if m == "trf" else int(est.search_rounds_),
             "search_stop": None if m == "trf" else est.search_stop_,
             "n_rounds_agreeing": None if m == "trf" else int(est.n_rounds_agreeing_),
+            # where the fit's time went: the race, the convergence, each move (wall seconds)
+            "search_cost": None if m == "trf" else {
+                k: {"passes": float(v["passes"]), "seconds": float(v["seconds"])}
+                for k, v in est.search_cost_.items()},
         }
         if keep_starts and m != "trf":
             out["methods"][m]["start_objectives"] = [float(v) for v in est.start_objectives_]

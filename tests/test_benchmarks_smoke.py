@@ -223,11 +223,14 @@ def test_bench_solver_wide_shards_merge(tmp_path):
     assert lm["search_rounds"] >= 1 and len(lm["start_objectives"]) >= 1
     # the shards' fits are those of the unsharded run, bit for bit
     assert [c["index"] for c in both["cases"]] == [0, 1, 2, 3]
-    strip = ("wall", "cpu")
+    strip = ("wall", "cpu", "search_cost")
     for c1, c2 in zip(full["cases"], both["cases"]):
         r1, r2 = c1["result"]["methods"]["lm"], c2["result"]["methods"]["lm"]
         assert {k: v for k, v in r1.items() if k not in strip} == \
             {k: v for k, v in r2.items() if k not in strip}
+        # the phases' passes are the same; their seconds are timings
+        assert {k: v["passes"] for k, v in r1["search_cost"].items()} == \
+            {k: v["passes"] for k, v in r2["search_cost"].items()}
         assert {k: v for k, v in c1.items() if k != "result"} == \
             {k: v for k, v in c2.items() if k != "result"}
     assert both["report"]["groups"][1:] != [] and [r[:4] for r in both["report"]["groups"]] == \
