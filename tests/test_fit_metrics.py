@@ -77,9 +77,9 @@ def test_fit_metrics_default_reference_sample_and_identity():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(gate="bogus"), "gate"),
-    (dict(activation="relu"), "activation"),
-    (dict(r=-1), "r"),
+    (dict(gate="bogus"), "Unknown gate 'bogus'"),
+    (dict(activation="relu"), "Unknown activation 'relu'"),
+    (dict(r=-1), "r must be an integer >= 1"),
     (dict(X_ref=np.zeros((5, 4))), "X_ref"),
 ])
 def test_fit_metrics_bad_input(kwargs, match):

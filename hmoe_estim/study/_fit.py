@@ -29,17 +29,14 @@ __all__ = ["run_fit", "measure_level_metrics", "with_measure_level"]
 
 def measure_level_metrics(G, truth, *, gate, activation, X_ref, r):
     """The measure-level Voronoi loss and expert error of the fitted ``G`` (the record fields
-    ``MEASURE_METRICS`` of ``study/_rates.py``); ``{}`` for a gate whose ``f`` the measure
-    does not determine."""
-    from ..metrics import MEASURE_GATES, expert_error, voronoi_loss
+    ``MEASURE_METRICS`` of ``study/_rates.py``, as :func:`~hmoe_estim.fit_metrics` gives them);
+    ``{}`` for a gate whose ``f`` the measure does not determine."""
+    from ..metrics import MEASURE_GATES, fit_metrics
 
     if gate not in MEASURE_GATES:
         return {}
-    kw = dict(gate=gate, activation=activation, X_ref=X_ref, level="measure")
-    return {
-        "voronoi_loss_measure": float(voronoi_loss(G, truth, r=r, **kw)),
-        "expert_error_measure": float(expert_error(G, truth, weighting="heaviest", **kw)),
-    }
+    metrics = fit_metrics(G, truth, gate=gate, activation=activation, X_ref=X_ref, r=r)
+    return {name: metrics[name] for name in MEASURE_METRICS}
 
 
 def with_measure_level(config, records):
