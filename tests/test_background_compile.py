@@ -118,11 +118,11 @@ def test_helper_fills_a_cold_cache_with_what_the_first_fit_loads(tmp_path):
     names = {f for _, _, files in os.walk(tmp_path) for f in files if f.endswith(".nbi")}
     listed = [d.py_func.__name__ for d, _ in background._items(1, 0) if d is not None]
     assert listed == ["gate_softmax", "activation_rows", "gated_sum", "_jacobian_block",
-                      "_accumulate_block", "free_set", "damped_step"]
+                      "_accumulate_block", "chunk_total", "free_set", "damped_step"]
     for fn in listed:
         assert any(fn + "-" in f for f in names), (fn, names)
     linear = [d.py_func.__name__ for d, _ in background._items(0, 0) if d is not None]
-    assert linear == listed[:5] + ["basis_map", "expand_basis"] + listed[5:]  # their expansion
+    assert linear == listed[:6] + ["basis_map", "expand_basis"] + listed[6:]  # their expansion
     res = subprocess.run([sys.executable, "-c", _FIRST_FIT], env=env, timeout=600, cwd=ROOT,
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

@@ -86,12 +86,28 @@ def test_kernel_sums_do_not_depend_on_worker_count_or_schedule(gate, act):
         part = np.zeros((nchunks, width))
         _shuffled_workers(lambda wk, nw: _objective_worker(
             wk, nw, theta, XT, y, bv, H, N, K, gate, act, 0.25, part), nworkers, rng)
-        gn = np.zeros((gn_chunks, gn_width))
+        gn = np.full((gn_chunks, gn_width), np.nan)  # the pass zeroes each chunk's row itself
         out = np.empty(0)
         _shuffled_workers(lambda wk, nw: entry(
             wk, nw, theta, XT, y, 0.25, bv, H, N, K, gate, act, gn, out, True), nworkers, rng)
+        assert np.isfinite(gn).all()
         results.add((chunk_total(part).tobytes(), chunk_total(gn).tobytes()))
     assert len(results) == 1
+
+
+def test_chunk_total_adds_the_chunks_in_order_bit_for_bit():
+    """The compiled ``chunk_total`` makes NumPy's row-by-row additions, signed zeros and
+    non-finite values included."""
+    rng = np.random.default_rng(5)
+    for chunks, width in [(1, 7), (2, 1), (40, 2210), (64, 333)]:
+        part = rng.standard_normal((chunks, width)) * 10.0 ** rng.integers(-8, 16, (chunks, width))
+        part[:, :2] = -0.0
+        part[rng.integers(chunks), -1] = np.inf
+        part[rng.integers(chunks), width // 2] = np.nan
+        want = part[0].copy()
+        for c in range(1, chunks):
+            want += part[c]
+        assert chunk_total(part).tobytes() == want.tobytes()
 
 
 def test_soft_mode_steps_do_not_depend_on_blas_threads():

@@ -7,15 +7,15 @@ it does, first looks in its on-disk cache (``cache=True``). So when the pass of 
 activation is about to compile and its cache entry is missing, :func:`compile_ahead` starts one
 helper process (``python`` running :func:`main`) that compiles, in its own interpreter, the
 blocks the pass reaches after the row combination — the softmax normalisation, the
-activation, the head sum, the Jacobian block of that gate and the Gauss–Newton accumulation —
-and the two Levenberg–Marquardt helpers a fit compiles next (:func:`_items`). Each is written
-to the same cache the main process reads (the same installation, the same
-``NUMBA_CACHE_DIR``, or the same per-user directory when the package's own directory is
-read-only); when the main process reaches one that is already there, it loads it instead of
-compiling it. The main process never waits for the helper: whatever the helper has not
-finished in time the main process compiles itself, as it would without it. The machine code
-is the same either way (a cached block is linked into its callers from the optimised LLVM
-module stored with it), so results are bit-identical.
+activation, the head sum, the Jacobian block of that gate and the Gauss–Newton accumulation —,
+the addition of its chunks, and the two Levenberg–Marquardt helpers a fit compiles next
+(:func:`_items`). Each is written to the same cache the main process reads (the same
+installation, the same ``NUMBA_CACHE_DIR``, or the same per-user directory when the package's
+own directory is read-only); when the main process reaches one that is already there, it
+loads it instead of compiling it. The main process never waits for the helper: whatever the
+helper has not finished in time the main process compiles itself, as it would without it.
+The machine code is the same either way (a cached block is linked into its callers from the
+optimised LLVM module stored with it), so results are bit-identical.
 
 Safety:
 
@@ -79,7 +79,7 @@ def _items(gate, act):
     from . import gate as gate_module
     from . import jacobian, rows
     from .activations import activation_rows
-    from .objective import GATE_NONE, GATE_OUTPUT
+    from .objective import GATE_NONE, GATE_OUTPUT, chunk_total
 
     i8, f8 = types.int64, types.float64
     a1, a2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
@@ -95,6 +95,7 @@ def _items(gate, act):
     n1 = types.Array(i8, 1, "C")
     n2 = types.Array(i8, 2, "C")
     yield jacobian._accumulate_block, (a2, a1, i8, i8, a1, n2, n1, n1, n1, n1)
+    yield chunk_total, (a2,)  # the chunks of the sums added, right after the pass
     if gate in (GATE_NONE, GATE_OUTPUT):  # the sums of a basis of J's rows, expanded
         yield jacobian.basis_map, (a1, i8, i8, i8, i8)
         yield jacobian.expand_basis, (a2, a1, a1, n1, n1, a1)

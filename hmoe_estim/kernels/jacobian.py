@@ -548,6 +548,7 @@ def _pass_worker(wk, nworkers, theta, XT, y, offset, bv, H, N, K, gate, act, par
     rows2, tptr, tcols, ptr, cols = _tiles(n0, Mm, R, D if sums else 1, basis)
     for c in range(wk, nchunks, nworkers):
         acc = partial[c]
+        acc[:] = 0.0  # zeroed here, by its worker, not by the caller before the pass
         for blk in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             j0 = blk * BLOCK
             b = n - j0 if n - j0 < BLOCK else BLOCK
@@ -797,7 +798,7 @@ def gauss_newton_sums(theta, XT, y, H, N, K, D, gate, act, offset=0.0):
     n = XT.shape[1]
     H, N, K, D, gate = int(H), int(N), int(K), int(D), int(gate)
     width = sums_width(H, N, K, D, gate)
-    partial = np.zeros((_jchunks(n, width)[1], width))
+    partial = np.empty((_jchunks(n, width)[1], width))  # each chunk zeroes its own row
     _run_pass(theta, XT, y, float(offset), H, N, K, D, gate, act, partial, _EMPTY, True)
     return finish_sums(chunk_total(partial), theta, H, N, K, D, gate)
 

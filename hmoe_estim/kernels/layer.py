@@ -65,7 +65,7 @@ from numba import get_num_threads, njit, prange
 
 from .blas import SyrkArgs, syrk_upper
 from .lm_step import LMWorkspace
-from .objective import SERIAL_SAMPLES
+from .objective import SERIAL_SAMPLES, chunk_total
 from .threads import single_thread_blas
 
 __all__ = [
@@ -756,10 +756,7 @@ def _wo_factor(theta, X, args):
 def _add_chunks(partial, P):
     """The chunks' partial sums added in chunk order, ``JᵀJ``'s lower triangle filled from
     its upper one."""
-    total = partial[0].copy()
-    for c in range(1, partial.shape[0]):
-        for k in range(total.size):
-            total[k] += partial[c, k]
+    total = chunk_total(partial)
     for p in range(P):
         for q in range(p):
             total[p * P + q] = total[q * P + p]

@@ -77,7 +77,6 @@ class KernelPasses:
             return out
 
         def sums(theta, offset):
-            partial.fill(0.0)
             run(theta, XT, yc, float(offset), mixed(theta), H, N, K, g_code, a_code, partial,
                 empty, True)
             total = chunk_total(partial)
