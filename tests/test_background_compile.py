@@ -2,7 +2,8 @@
 
 Its list must name the signatures the main process compiles (else it only burns the second
 core); it must start nothing on a warm cache or when switched off, leave no process behind,
-and fill a cold cache with the functions it lists.
+and fill a cold cache with the functions it lists — and a pass compiled from them gives the
+bits of a warm process.
 """
 
 import os
@@ -83,12 +84,8 @@ def test_settle_keeps_a_helper_past_its_mark_and_stops_one_before_it():
     assert background._state["proc"] is None
 
 
-_FIRST_FIT = """
-import sys
+_FIRST_FIT_BITS = """
 import numpy as np
-from numba.core import event
-rec = event.RecordingListener()
-event.register("numba:compile", rec)
 from hmoe_estim.kernels.jacobian import forward_values, gauss_newton_sums
 from hmoe_estim.solvers import levenberg_marquardt
 rng = np.random.default_rng(0)
@@ -97,9 +94,18 @@ P = H * K + H * (N - 1) * D * (D + 1) // 2 + H * N * K * D
 theta = rng.normal(size=P)
 XT = np.ascontiguousarray(rng.normal(size=(D, 40)))
 y = forward_values(theta, XT, H, N, K, D, 1, 0)
-gauss_newton_sums(theta, XT, y, H, N, K, D, 1, 0)
-levenberg_marquardt(theta + 0.1, XT, y, (H, N, K, D), "value", "sigmoid",
-                    np.full(P, -10.0), np.full(P, 10.0), max_iter=2)
+sums = gauss_newton_sums(theta, XT, y + 0.01 * rng.normal(size=40), H, N, K, D, 1, 0)
+res = levenberg_marquardt(theta + 0.1, XT, y, (H, N, K, D), "value", "sigmoid",
+                          np.full(P, -10.0), np.full(P, 10.0), max_iter=2)
+bits = b"".join(np.asarray(v).tobytes() for v in sums) + res.theta.tobytes()
+"""
+
+_FIRST_FIT = """
+from numba.core import event
+rec = event.RecordingListener()
+event.register("numba:compile", rec)
+""" + _FIRST_FIT_BITS + """
+print(bits.hex())
 print(sorted({e.data["dispatcher"].py_func.__name__ for _, e in rec.buffer}))
 """
 
@@ -129,6 +135,10 @@ def test_helper_fills_a_cold_cache_with_what_the_first_fit_loads(tmp_path):
     compiled = eval(res.stdout.strip().splitlines()[-1])
     assert "_pass_worker" in compiled and "_forward_block" in compiled
     assert not set(listed) & set(compiled), compiled
+    # compiled there, partly from the helper's cache entries: the bits of a warm process
+    warm = {}
+    exec(_FIRST_FIT_BITS, warm)
+    assert res.stdout.strip().splitlines()[-2] == warm["bits"].hex()
 
 
 def test_helper_fails_quietly():
