@@ -209,3 +209,20 @@ def test_default_search_is_sized_by_the_layer(H, gate, starts, candidates):
         warnings.simplefilter("ignore")
         est.fit(X, Y)
     assert est.schedule_["n_candidates"] == candidates // starts
+
+
+def test_rounds_that_run_out_unconfirmed_warn():
+    from hmoe_estim.solvers import Search
+
+    _, X, Y = _data(n=60)
+    # agree=3 with two rounds: the rounds cannot confirm the optimum
+    est = AttentionLayerRegressor(
+        n_starts=1, random_state=0,
+        solver=Search(n_candidates=2, race_iter=2, rounds=2, agree=3, moves=[]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(X, Y)
+    notices = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)
+               and "local optimum" in str(w.message)]
+    assert est.search_stop_ == "rounds" and est.search_rounds_ == 2
+    assert len(notices) == 1 and "of its 2 rounds" in notices[0]

@@ -271,6 +271,65 @@ def test_without_a_budget_the_search_does_not_stop_on_it(two_heads):
     assert est.search_stop_ in ("agreement", "rounds")
 
 
+def _convergence_warnings(est, X, y):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(X, y)
+    return [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+
+
+def test_rounds_that_run_out_unconfirmed_warn_and_keep_the_best(two_heads):
+    X, y = two_heads
+    # agree=3 with two rounds: the rounds cannot confirm the optimum, whatever they find
+    est = HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2, random_state=0,
+                        solver=Search(n_candidates=4, race_iter=2, rounds=2, agree=3,
+                                      moves=[]))
+    caught = [m for m in _convergence_warnings(est, X, y) if "local optimum" in m]
+    assert est.search_stop_ == "rounds" and est.search_rounds_ == 2
+    assert len(caught) == 1
+    assert f"reached by {est.n_rounds_agreeing_} of its 2 rounds" in caught[0]
+    assert "Search(rounds=4)" in caught[0] and "random_state" in caught[0]
+    assert est.objective_ == est.start_objectives_.min()
+
+
+def test_confirmed_or_single_round_searches_do_not_warn_about_rounds(two_heads):
+    X, y = two_heads
+    one_round = HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2,
+                              random_state=0,
+                              solver=Search(n_candidates=4, race_iter=2, rounds=1, moves=[]))
+    assert not [m for m in _convergence_warnings(one_round, X, y) if "local optimum" in m]
+    assert one_round.search_stop_ == "rounds" and one_round.search_rounds_ == 1
+    agreed = HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2, random_state=0,
+                           solver=Search(n_candidates=4, race_iter=2, rounds=3, agree=1,
+                                         moves=[]))
+    assert not [m for m in _convergence_warnings(agreed, X, y) if "local optimum" in m]
+    assert agreed.search_stop_ == "agreement" and agreed.search_rounds_ == 1
+
+
+@pytest.mark.parametrize("stop, rounds, agreeing, agree, confirmed", [
+    ("rounds", 6, 1, 2, False),
+    ("rounds", 6, 2, 2, True),    # the last round brought the second agreeing one
+    ("rounds", 1, 1, 2, True),    # one round claims no confirmation
+    ("agreement", 2, 2, 2, True),
+    ("starts", 1, 1, 2, True),
+    ("budget", 3, 1, 2, True),    # the budget has its own notice
+])
+def test_search_result_confirmed(stop, rounds, agreeing, agree, confirmed):
+    from hmoe_estim.solvers import SearchResult
+    from hmoe_estim.solvers._schedule import Schedule
+
+    sched = Schedule(n_starts=4, n_candidates=128, race_iter=30, race_samples=4096,
+                     race_samples_first=1024, rounds=6, agree=agree, signed=False)
+    found = SearchResult(results=[], n_passes=0.0, rounds=rounds, move_rounds={},
+                         stop=stop, schedule=sched, rounds_agreeing=agreeing)
+    assert found.confirmed is confirmed
+    notices = found.notices(max_seconds=5.0)
+    if stop == "budget":
+        assert len(notices) == 1 and "max_seconds=5.0" in notices[0]
+    else:
+        assert (len(notices) == 1) is (not confirmed)
+
+
 class NonFiniteMove(Move):
     """Proposes the incumbent with a NaN and with an inf entry (and, with ``finite``, the
     incumbent itself too)."""

@@ -152,7 +152,9 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
         How many rounds of the search — independent races from fresh candidates — reached
         the best objective (within ``1 · σ̂²/n``): the evidence that the optimum was found
         more than once (documentation: the solver page, "Reading a fit"). The rounds stop
-        once it reaches the search's ``agree``; with one round it is 1.
+        once it reaches the search's ``agree``; with one round it is 1. When the rounds run
+        out below ``agree``, the fit warns (``ConvergenceWarning``): the best start may be a
+        local optimum.
     head_restart_rounds_ : int
         Rounds of the restart moves (a head redrawn) that lowered the objective.
     reassign_rounds_ : int
@@ -471,15 +473,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=3,
             )
-        if found.stop == "budget":
-            warnings.warn(
-                f"The search stopped on its time budget (max_seconds={search.max_seconds}) "
-                f"after {found.rounds} round(s); it kept its best start, which "
-                f"{self.n_starts_agreeing_} start(s) reached. Raise max_seconds for a search "
-                "that runs its rounds to the end.",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
+        for notice in found.notices(search.max_seconds):  # budget; rounds unconfirmed
+            warnings.warn(notice, ConvergenceWarning, stacklevel=3)
         y_pred = evaluate(theta[:P0], X_raw, shape, self.gate, self.activation) + self.intercept_
         self.train_r2_ = diagnose_fit(self, y_raw, y_pred, n_params(*shape) + fit_intercept,
                                       stacklevel=4)

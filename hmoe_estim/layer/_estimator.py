@@ -208,7 +208,8 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
         Starts within ``σ̂²/m`` of the best objective (``m`` residuals), or at the rounding level
         of the targets (a noiseless fit).
     n_rounds_agreeing_ : int
-        Independent rounds of the search that reached the best objective.
+        Independent rounds of the search that reached the best objective (the fit warns
+        when its rounds ran out below the search's ``agree``).
     search_rounds_ : int
     search_stop_ : {"agreement", "starts", "rounds", "budget"}
     search_cost_ : dict
@@ -494,11 +495,8 @@ class AttentionLayerRegressor(RegressorMixin, BaseEstimator):
                 f"{local.label} did not converge for the best start ({res.message}) after "
                 f"{res.n_iter} iterations. Increase max_iter (now {local.max_iter}).",
                 ConvergenceWarning, stacklevel=3)
-        if found.stop == "budget":
-            warnings.warn(
-                f"The search stopped on its time budget (max_seconds={search.max_seconds}) "
-                f"after {found.rounds} round(s). Raise max_seconds for a search that runs "
-                "its rounds to the end.", ConvergenceWarning, stacklevel=3)
+        for notice in found.notices(search.max_seconds):  # budget; rounds unconfirmed
+            warnings.warn(notice, ConvergenceWarning, stacklevel=3)
         bounded = np.isfinite(LayerProblem.default_box(lay, PARAM_BOUND)[1])
         if self.varpro_:  # W_O is solved, not boxed
             oO, oT = lay.offsets()[2:4]

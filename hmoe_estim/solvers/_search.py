@@ -87,6 +87,32 @@ class SearchResult:
         objs = np.array([r.objective for r in self.results])
         return int(np.argmin(objs))
 
+    @property
+    def confirmed(self):
+        """Whether the search confirmed its best objective: ``False`` when it ran its last
+        round before ``agree`` rounds reached that objective (a one-round schedule claims
+        no confirmation; a budget-stopped search has its own notice)."""
+        return not (self.stop == "rounds" and self.rounds > 1
+                    and self.rounds_agreeing < self.schedule.agree)
+
+    def notices(self, max_seconds=None):
+        """What the estimators tell their user as a ``ConvergenceWarning``: a search cut by
+        its time budget (``max_seconds``), or rounds that ran out unconfirmed (the best
+        start may be a local optimum: found once in ``rounds`` independent races)."""
+        if self.stop == "budget":
+            return [f"The search stopped on its time budget (max_seconds={max_seconds}) "
+                    f"after {self.rounds} round(s); it kept its best start, which "
+                    f"{self.starts_agreeing} start(s) reached. Raise max_seconds for a search "
+                    "that runs its rounds to the end."]
+        if not self.confirmed:
+            return [f"The search's best objective was reached by {self.rounds_agreeing} of "
+                    f"its {self.rounds} rounds (independent races from fresh candidates; "
+                    f"it stops when {self.schedule.agree} agree within 1 sigma^2/n): the fit "
+                    "may be a local optimum. Search longer (solver=Search(rounds="
+                    f"{2 * self.rounds})) or refit with other random_state values and keep "
+                    "the lowest objective_."]
+        return []
+
 
 def _check_auto(value, name, minimum):
     if isinstance(value, str) and value == "auto":
