@@ -58,7 +58,9 @@ per (gate, activation), per (H, N), per K, per n and overall; median time per bi
 with the log–log exponent of wall against ``P``; and how many certified failures had two
 (three) starts agreeing. ``--shard i/k`` runs the plan items with index mod k = i (k
 processes share the plan, one JSON each); ``--merge A.json B.json --json OUT`` merges them
-and prints the report.
+and prints the report. ``--search KNOB=V,...`` runs ``lm`` with other search knobs (the
+trade-off of a schedule: its cost against its certified failures on the same fits); the JSON
+records them.
 
 Usage::
 
@@ -72,6 +74,8 @@ Usage::
     python benchmarks/bench_solver.py --suite wide --shard 0/2 --threads 1 --json w0.json
     python benchmarks/bench_solver.py --suite wide --shard 1/2 --threads 1 --json w1.json
     python benchmarks/bench_solver.py --merge w0.json w1.json --json wide.json
+    python benchmarks/bench_solver.py --suite wide --heads 2 --gates none --threads 1 \
+        --search rounds=1,race_iter=10 --json cheap.json   # a cheaper schedule, same fits
 """
 
 import argparse
@@ -133,6 +137,10 @@ def parse_args(argv=None):
                     help="lbfgs,trf,lm (the wide suite: lm)")
     ap.add_argument("--gates", default=None,
                     help="none,value,sdpa (the wide suite: none,value,sdpa,output)")
+    ap.add_argument("--search", default=None, metavar="KNOB=V,...",
+                    help="the lm method with other search knobs, e.g. rounds=1,race_iter=10 "
+                         "or per_head=16 (the head restarts' candidates per head); knobs: "
+                         + ", ".join(SEARCH_KNOBS) + " (default: the package's defaults)")
     ap.add_argument("--noise", type=float, default=0.1)
     ap.add_argument("--cert-tol", type=float, default=0.1,
                     help="certificate tolerance in units of sigma^2/n (0.1)")
@@ -150,7 +158,46 @@ def parse_args(argv=None):
         args.gates = "none,value,sdpa,output" if wide else "none,value,sdpa"
     if args.shard is not None and args.suite != "wide":
         ap.error("--shard is for the wide suite")
+    try:
+        parse_search(args.search)
+    except ValueError as exc:
+        ap.error(str(exc))
     return args
+
+
+SEARCH_KNOBS = ("n_candidates", "race_iter", "race_samples", "rounds", "agree", "per_head")
+
+
+def parse_search(text):
+    """``'rounds=1,race_iter=10'`` -> ``{"rounds": 1, "race_iter": 10}`` (``None``: ``{}``)."""
+    knobs = {}
+    for item in (t for t in (text or "").split(",") if t):
+        key, _, value = item.partition("=")
+        if key not in SEARCH_KNOBS or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"--search: {item!r} is not KNOB=N with N >= 1 and KNOB one of "
+                             f"{', '.join(SEARCH_KNOBS)}")
+        knobs[key] = int(value)
+    return knobs
+
+
+def make_lm_search(knobs, X, y, shape, gate, act):
+    """The default search with ``knobs`` changed: its own knobs set, and ``per_head`` given to
+    the head restarts among the moves the schedule resolves for this problem."""
+    import numpy as np
+
+    from hmoe_estim.model import make_bounds
+    from hmoe_estim.solvers import HeadRestarts, Problem, Search
+
+    knobs = dict(knobs)
+    per_head = knobs.pop("per_head", None)
+    search = Search(**knobs)
+    if per_head is not None:
+        lower, upper = make_bounds(shape, omega_max=10.0, param_bound=10.0)  # unused here
+        problem = Problem(np.require(X.T, requirements=["C"]), y, shape, gate, act, lower,
+                          upper)
+        search.moves = [HeadRestarts(per_head=per_head) if isinstance(m, HeadRestarts) else m
+                        for m in search.schedule(problem).moves]
+    return search
 
 
 def embed_truth(G, K):
@@ -208,7 +255,8 @@ def _trf_starts(least_squares, predict, jacobian_matrix, XT, y, shape, g, a, sta
     return best[0], best[1], passes
 
 
-def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed, keep_starts=False):
+def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed, keep_starts=False,
+             search=None):
     import warnings
 
     import numpy as np
@@ -238,8 +286,10 @@ def one_case(X, y, G, shape, gate, act, methods, noise, cert_tol, seed, keep_sta
             obj, conv, passes = fit_trf(X, y, shape, gate, act, starts, lower, upper)
             agree = starts_below = None
         else:
+            solver = make_lm_search(search, X, y, shape, gate, act) if search and m == "lm" \
+                else m
             est = HMoERegressor(n_heads=H, n_tokens=N, n_experts=K, gate=gate, activation=act,
-                                solver=m, random_state=seed)
+                                solver=solver, random_state=seed)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 est.fit(X, y)
@@ -603,7 +653,7 @@ def print_wide_report(rep, format_table):
 
 WIDE_META_KEYS = ("benchmark", "suite", "n", "methods", "noise", "cert_tol", "K_true", "gates",
                   "gate_acts", "fits_per_group", "first_seed", "heads", "tokens", "features",
-                  "scale_range", "plan_size")
+                  "scale_range", "plan_size", "search")
 
 
 def _wide_meta(args, n_values, gates, methods, plan_size):
@@ -613,7 +663,7 @@ def _wide_meta(args, n_values, gates, methods, plan_size):
             "gate_acts": args.gate_acts, "fits_per_group": args.fits_per_group,
             "first_seed": args.first_seed, "heads": args.heads, "tokens": args.tokens,
             "features": args.features, "scale_range": args.scale_range,
-            "plan_size": plan_size}
+            "plan_size": plan_size, "search": args.search}
 
 
 def _write_json(path, data):
@@ -662,7 +712,8 @@ def run_wide(args, n_values, gates, methods):
         X, y = make_hmoe_regression(n, measure=G, gate=it["gate"], activation=it["activation"],
                                     noise=args.noise, random_state=it["data_seed"])
         res = one_case(X, y, G, (H, N, K, D), it["gate"], it["activation"], methods,
-                       args.noise, args.cert_tol, seed=it["fit_seed"], keep_starts=True)
+                       args.noise, args.cert_tol, seed=it["fit_seed"], keep_starts=True,
+                       search=parse_search(args.search))
         case = {**it, "K_true": 2, "P": n_params(H, N, K, D), "truth_seed": truth_seed,
                 "truth_seed_planned": it["truth_seed"], "truth_redraws": redraws,
                 "min_separation": sep, "shape": f"{H}x{N}x{D}", "result": res}
@@ -808,7 +859,7 @@ def main(argv=None):
     keys = ["gate", "activation", "K"] if args.suite == "truths" else ["gate", "n"]
     meta = {"benchmark": "bench_solver", "suite": args.suite, "n": n_values,
             "methods": methods, "noise": args.noise, "cert_tol": args.cert_tol,
-            "quick": args.quick, "K_true": 2}
+            "quick": args.quick, "K_true": 2, "search": args.search}
     if args.suite == "truths":
         meta.update(shapes="1x2x2" if args.quick else args.shapes,
                     seeds=args.seeds, first_seed=args.first_seed, large_n=args.large_n,
@@ -845,7 +896,7 @@ def main(argv=None):
         X, y = make_hmoe_regression(n, measure=G, n_experts=2, n_features=D, gate=gate,
                                     activation=act, noise=args.noise, random_state=data_seed)
         res = one_case(X, y, G, (H, N, K, D), gate, act, methods, args.noise, args.cert_tol,
-                       seed=s)
+                       seed=s, search=parse_search(args.search))
         cases.append({"gate": gate, "activation": act, "K": K, "K_true": 2, "H": H, "N": N,
                       "D": D, "n": n, "seed": s, "truth_seed": truth_seed,
                       "data_seed": data_seed, "result": res})

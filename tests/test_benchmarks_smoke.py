@@ -186,6 +186,36 @@ def test_bench_solver_wide_design():
     assert not {p["truth_seed"] for p in plan} & {p["truth_seed"] for p in other}
 
 
+def test_bench_solver_search_knobs():
+    """``--search``: the knobs parsed, refused with the valid ones named, and given to the
+    default search (``per_head`` to the head restarts the schedule resolves)."""
+    from hmoe_estim.solvers import ExpertReassignment, HeadRestarts, SoftModes
+
+    sys.path.insert(0, BENCH)
+    try:
+        import bench_solver as bs
+    finally:
+        sys.path.remove(BENCH)
+    assert bs.parse_search(None) == {} and bs.parse_search("") == {}
+    assert bs.parse_search("rounds=1,race_iter=10") == {"rounds": 1, "race_iter": 10}
+    for bad in ("rounds=0", "rounds=x", "hop=2", "rounds"):
+        with pytest.raises(ValueError, match="KNOB=N with N >= 1 and KNOB one of"):
+            bs.parse_search(bad)
+    with pytest.raises(SystemExit):
+        bs.parse_args(["--suite", "wide", "--search", "moves=3"])
+    assert bs.parse_args(["--search", "per_head=16"]).search == "per_head=16"
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(50, 2)), rng.normal(size=50)
+    search = bs.make_lm_search({"per_head": 16, "rounds": 2}, X, y, (2, 2, 2, 2), "value",
+                               "tanh")
+    assert search.rounds == 2 and search.race_iter == "auto"
+    assert [type(m) for m in search.moves] == [HeadRestarts, ExpertReassignment, SoftModes]
+    assert search.moves[0].per_head == 16
+    assert bs.make_lm_search({"per_head": 16}, X, y, (1, 2, 2, 2), "none", "sigmoid").moves == []
+    assert bs.make_lm_search({"rounds": 1}, X, y, (2, 2, 2, 2), "none",
+                             "sigmoid").moves == "auto"
+
+
 def test_bench_solver_wide_shards_merge(tmp_path):
     """A tiny wide plan: the report keys, and 2 shards + --merge reproduce the whole plan."""
     import json
