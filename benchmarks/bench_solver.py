@@ -159,7 +159,7 @@ def parse_args(argv=None):
     if args.shard is not None and args.suite != "wide":
         ap.error("--shard is for the wide suite")
     try:
-        parse_search(args.search)
+        args.search_knobs = parse_search(args.search)  # parsed once, for every fit
     except ValueError as exc:
         ap.error(str(exc))
     return args
@@ -713,7 +713,7 @@ def run_wide(args, n_values, gates, methods):
                                     noise=args.noise, random_state=it["data_seed"])
         res = one_case(X, y, G, (H, N, K, D), it["gate"], it["activation"], methods,
                        args.noise, args.cert_tol, seed=it["fit_seed"], keep_starts=True,
-                       search=parse_search(args.search))
+                       search=args.search_knobs)
         case = {**it, "K_true": 2, "P": n_params(H, N, K, D), "truth_seed": truth_seed,
                 "truth_seed_planned": it["truth_seed"], "truth_redraws": redraws,
                 "min_separation": sep, "shape": f"{H}x{N}x{D}", "result": res}
@@ -896,7 +896,7 @@ def main(argv=None):
         X, y = make_hmoe_regression(n, measure=G, n_experts=2, n_features=D, gate=gate,
                                     activation=act, noise=args.noise, random_state=data_seed)
         res = one_case(X, y, G, (H, N, K, D), gate, act, methods, args.noise, args.cert_tol,
-                       seed=s, search=parse_search(args.search))
+                       seed=s, search=args.search_knobs)
         cases.append({"gate": gate, "activation": act, "K": K, "K_true": 2, "H": H, "N": N,
                       "D": D, "n": n, "seed": s, "truth_seed": truth_seed,
                       "data_seed": data_seed, "result": res})

@@ -203,7 +203,9 @@ def test_bench_solver_search_knobs():
             bs.parse_search(bad)
     with pytest.raises(SystemExit):
         bs.parse_args(["--suite", "wide", "--search", "moves=3"])
-    assert bs.parse_args(["--search", "per_head=16"]).search == "per_head=16"
+    args = bs.parse_args(["--search", "per_head=16"])
+    assert args.search == "per_head=16" and args.search_knobs == {"per_head": 16}
+    assert bs.parse_args([]).search_knobs == {}
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(50, 2)), rng.normal(size=50)
     search = bs.make_lm_search({"per_head": 16, "rounds": 2}, X, y, (2, 2, 2, 2), "value",
