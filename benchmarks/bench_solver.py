@@ -60,7 +60,10 @@ with the log–log exponent of wall against ``P``; and how many certified failur
 processes share the plan, one JSON each); ``--merge A.json B.json --json OUT`` merges them
 and prints the report. ``--search KNOB=V,...`` runs ``lm`` with other search knobs (the
 trade-off of a schedule: its cost against its certified failures on the same fits); the JSON
-records them.
+records them. ``--replay-rounds A.json B.json ...`` fits nothing: it replays the recorded rounds
+of finished runs as if at most 1, 2, ... rounds (or a cap growing with ``P``) had been allowed —
+exact, since every round's start objectives are recorded — and prints the certified failures,
+the fits ending higher, those that would warn and the share of the CPU for each cap.
 
 Usage::
 
@@ -76,6 +79,7 @@ Usage::
     python benchmarks/bench_solver.py --merge w0.json w1.json --json wide.json
     python benchmarks/bench_solver.py --suite wide --heads 2 --gates none --threads 1 \
         --search rounds=1,race_iter=10 --json cheap.json   # a cheaper schedule, same fits
+    python benchmarks/bench_solver.py --replay-rounds wide.json   # fewer rounds, replayed
 """
 
 import argparse
@@ -132,6 +136,11 @@ def parse_args(argv=None):
                     help="wide suite: the report over the fits of several complete part files "
                          "(e.g. one per --heads) as one fractional design, with the targets "
                          "(overall <= 0.5%%, no group above 3%%); fits nothing")
+    ap.add_argument("--replay-rounds", nargs="+", metavar="JSON", default=None,
+                    help="wide suite: replay the recorded rounds of complete part files with "
+                         "fewer rounds at most (each cap up to the most any fit ran): "
+                         "certified failures, fits ending higher, fits left unconfirmed and "
+                         "the CPU share each cap would give; fits nothing")
     ap.add_argument("--reps", type=int, default=4, help="data sets per n (preset suite)")
     ap.add_argument("--methods", default=None,
                     help="lbfgs,trf,lm (the wide suite: lm)")
@@ -151,7 +160,7 @@ def parse_args(argv=None):
                     help="keep the cases already in --json (same methods and settings) and "
                          "fit only the missing ones")
     args = ap.parse_args(argv)
-    wide = args.suite == "wide" or args.merge or args.pool
+    wide = args.suite == "wide" or args.merge or args.pool or args.replay_rounds
     if args.methods is None:
         args.methods = "lm" if wide else "lbfgs,trf,lm"
     if args.gates is None:
@@ -813,6 +822,93 @@ def pool_wide(args):
     return 0
 
 
+def replay_round_cap(m, n, cap, agree=2):
+    """Replay one recorded ``lm`` fit with at most ``cap`` rounds: ``(objective, rounds,
+    rounds agreeing)``, or ``None`` when its start objectives do not split into its rounds.
+
+    The rounds stop once ``agree`` of them reach the best objective (the package's
+    :func:`~hmoe_estim.solvers.count_agreeing`, ``σ̂²/n`` with ``n`` samples), as the search
+    does; each round's best is the lowest of its recorded start objectives (its moves
+    included). Exact for a cap up to the rounds the fit was allowed.
+    """
+    import numpy as np
+
+    from hmoe_estim.solvers import count_agreeing
+
+    s = np.asarray(m["start_objectives"], dtype=float)
+    rounds = int(m["search_rounds"])
+    if rounds < 1 or s.size % rounds:
+        return None
+    best = []
+    for r, group in enumerate(s.reshape(rounds, -1)[:cap]):
+        best.append(float(group.min()))
+        agreeing = count_agreeing(best, n)
+        if agreeing >= agree:
+            break
+    return min(best), len(best), agreeing
+
+
+def replay_rounds(args):
+    """``--replay-rounds``: what each cap on the rounds would have given on recorded fits."""
+    from _common import format_table
+
+    cases, skipped = [], 0
+    for path in args.replay_rounds:
+        with open(path) as fh:
+            data = json.load(fh)
+        if data.get("suite") != "wide" or not data.get("complete"):
+            raise SystemExit(f"--replay-rounds: {path} is not a finished wide-suite run "
+                             "(finish it with --resume)")
+        agree = int((data.get("search") or {}).get("agree", 2))
+        for c in data["cases"]:
+            m = c["result"]["methods"].get("lm")
+            if m is None or "start_objectives" not in m:
+                skipped += 1
+                continue
+            cases.append((c, m, data["noise"] ** 2 / c["n"], data["cert_tol"], agree))
+    if not cases:
+        raise SystemExit("--replay-rounds: no lm fit with its start objectives in these files")
+    most = max(int(m["search_rounds"]) for _, m, *_ in cases)
+    cpu_all = sum(m["cpu"] for _, m, *_ in cases)
+
+    def row(cap_of_p):
+        fails = higher = warn = n_fits = 0
+        cpu = 0.0
+        for c, m, unit, tol, agree in cases:
+            got = replay_round_cap(m, c["n"], cap_of_p(c["P"]), agree)
+            if got is None:
+                continue
+            obj, rounds, agreeing = got
+            n_fits += 1
+            truth = m["objective"] - m["excess_sigma2_over_n"] * unit
+            fails += (obj - truth) / unit > tol
+            higher += (obj - m["objective"]) / unit > tol
+            warn += rounds > 1 and agreeing < agree
+            cpu += m["cpu"] * rounds / int(m["search_rounds"])
+        return [n_fits, fails, higher, warn, round(cpu / cpu_all, 3)]
+
+    head = ["fits", "cert. fails", "higher", "would warn", "CPU share"]
+    rows = [["most rounds", *head]]
+    rows += [[cap, *row(lambda P, cap=cap: cap)] for cap in range(1, most + 1)]
+    # caps that grow with the number of parameters P, from 2 up to the recorded most
+    by_p = [[f"max(2, ceil(P/{d}))", *row(lambda P, d=d: min(most, max(2, -(-P // d))))]
+            for d in (15, 20, 25, 30, 40)]
+    print(f"replayed {len(cases)} recorded fits of {len(args.replay_rounds)} file(s)"
+          f"{f' ({skipped} without start objectives left out)' if skipped else ''}; "
+          "'higher': ends above the recorded fit by more than the certificate's tolerance; "
+          "'would warn': its rounds ran out before two reached its best objective; CPU "
+          "share: of the recorded CPU seconds, each round costing its fit's mean round")
+    print(format_table(rows[0], rows[1:]))
+    print(f"\ncaps growing with P (at most {most}):")
+    print(format_table(["most rounds", *head], by_p))
+    if args.json:
+        _write_json(args.json, {"benchmark": "bench_solver", "suite": "wide-replay-rounds",
+                                "replayed": list(args.replay_rounds), "table": rows,
+                                "by_P": [["most rounds", *head], *by_p]})
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _case_key(c):
     return (c["gate"], c["activation"], c["K"], c["H"], c["N"], c["D"], c["n"], c["seed"],
             c["truth_seed"], c["data_seed"])
@@ -833,6 +929,8 @@ def main(argv=None):
     gates = [g for g in args.gates.split(",") if g]
     if args.pool:
         return pool_wide(args)
+    if args.replay_rounds:
+        return replay_rounds(args)
     if args.merge:
         return merge_wide(args)
     if args.suite == "wide":

@@ -273,11 +273,40 @@ def test_bench_solver_wide_shards_merge(tmp_path):
     assert "pooled parts" in out and "targets: overall" in out, out
     pool = json.loads(pooled.read_text())
     assert pool["report"]["overall"]["fits"] == 8 and "groups_above" in pool["targets"]
+    # --replay-rounds: the recorded fits with at most 1, 2, ... rounds; the last cap is the run
+    replay = tmp_path / "replay.json"
+    out = run("--replay-rounds", str(whole), "--json", str(replay))
+    assert "replayed 4 recorded fits" in out, out
+    replayed = json.loads(replay.read_text())
+    table = replayed["table"]
+    lms = [c["result"]["methods"]["lm"] for c in full["cases"]]
+    most = max(m["search_rounds"] for m in lms)
+    assert [r[0] for r in table[1:]] == list(range(1, most + 1)), table
+    warned = sum(m["search_rounds"] > 1 and m["n_rounds_agreeing"] < 2 for m in lms)
+    assert table[-1][1:] == [4, sum(m["failure"] for m in lms), 0, warned, 1.0], table
+    assert "caps growing with P" in out and len(replayed["by_P"]) == 6
     full["complete"] = False
     whole.write_text(json.dumps(full))
     res = subprocess.run([sys.executable, script, "--pool", str(whole)], capture_output=True,
                          text=True, timeout=300, cwd=ROOT)
     assert res.returncode != 0 and "not a finished wide-suite run" in res.stderr + res.stdout
+
+
+def test_replay_round_cap_stops_as_the_search_does():
+    sys.path.insert(0, BENCH)
+    try:
+        from bench_solver import replay_round_cap
+    finally:
+        sys.path.remove(BENCH)
+    # three rounds of two starts, n = 100 (σ̂²/n = best/100): round bests 1.0, 0.5, 0.5001
+    m = {"search_rounds": 3, "start_objectives": [1.0, 1.1, 0.5, 0.6, 0.5001, 0.7]}
+    assert replay_round_cap(m, 100, 1) == (1.0, 1, 1)
+    assert replay_round_cap(m, 100, 2) == (0.5, 2, 1)
+    assert replay_round_cap(m, 100, 3) == (0.5, 3, 2)  # 0.5001 <= 0.5 + 0.5/100: agreement
+    assert replay_round_cap(m, 100, 9) == (0.5, 3, 2)
+    assert replay_round_cap(m, 10_000, 3) == (0.5, 3, 1)  # a finer unit: no agreement
+    assert replay_round_cap({"search_rounds": 4, "start_objectives": m["start_objectives"]},
+                            100, 2) is None  # starts that do not split into the rounds
 
 
 def _run_peers_fit(tmp_path, *extra, hide_torch=False):
