@@ -790,17 +790,23 @@ def merge_wide(args):
 TARGET_OVERALL, TARGET_GROUP = 0.5, 3.0
 
 
+def _finished_wide(path, option):
+    """The data of a finished wide-suite file; ``SystemExit`` naming ``option`` otherwise."""
+    with open(path) as fh:
+        data = json.load(fh)
+    if data.get("suite") != "wide" or not data.get("complete"):
+        raise SystemExit(f"{option}: {path} is not a finished wide-suite run (finish it with "
+                         "--resume)")
+    return data
+
+
 def pool_wide(args):
     """The report over the cases of several complete part files (``--pool``)."""
     from _common import format_table
 
     cases, parts = [], []
     for path in args.pool:
-        with open(path) as fh:
-            data = json.load(fh)
-        if data.get("suite") != "wide" or not data.get("complete"):
-            raise SystemExit(f"--pool: {path} is not a finished wide-suite run (finish it "
-                             "with --resume)")
+        data = _finished_wide(path, "--pool")
         parts.append(f"{path}: heads {data['heads']}, gates {','.join(data['gates'])}, "
                      f"{len(data['cases'])} fits")
         cases += data["cases"]
@@ -854,11 +860,7 @@ def replay_rounds(args):
 
     cases, skipped = [], 0
     for path in args.replay_rounds:
-        with open(path) as fh:
-            data = json.load(fh)
-        if data.get("suite") != "wide" or not data.get("complete"):
-            raise SystemExit(f"--replay-rounds: {path} is not a finished wide-suite run "
-                             "(finish it with --resume)")
+        data = _finished_wide(path, "--replay-rounds")
         agree = int((data.get("search") or {}).get("agree", 2))
         for c in data["cases"]:
             m = c["result"]["methods"].get("lm")
