@@ -142,7 +142,13 @@ def test_helper_fills_a_cold_cache_with_what_the_first_fit_loads(tmp_path):
 
 
 def test_helper_fails_quietly():
+    import gc
+
+    before = os.nice(0)
     assert background.main(["not", "a", "number"], check_idle=False) == 1
+    assert background.main(["1", "2"], check_idle=False) == 1
+    # bad arguments leave the calling process as it was: priority and the collector
+    assert os.nice(0) == before and gc.isenabled()
 
 
 def test_idle_cores_is_a_number_of_cores_or_none():

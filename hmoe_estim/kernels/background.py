@@ -219,7 +219,12 @@ def _idle_cores(seconds=0.2):
 def main(argv, check_idle=True):
     """The helper: compile :func:`_items` of ``gate``, ``act`` (``argv``: gate, act, parent
     pid) into the cache; stop early when the parent process is gone, and at once when no
-    core is idle (unless not ``check_idle``)."""
+    core is idle (unless not ``check_idle``). Bad ``argv``: returns 1 before it changes the
+    process (its priority, the collector)."""
+    try:
+        gate, act, parent = (int(a) for a in argv)
+    except (TypeError, ValueError):
+        return 1
     gc.disable()  # a short-lived process: the collector's passes only cost time
     try:
         os.nice(10)  # an idle core is all it should use: never slow the main process down
@@ -229,7 +234,6 @@ def main(argv, check_idle=True):
     if idle is not None and idle < 0.5:  # no idle core: it would only take the main's time
         return 0
     try:
-        gate, act, parent = (int(a) for a in argv)
         for dispatcher, sig in _items(gate, act):
             if os.getppid() != parent:
                 return 0
