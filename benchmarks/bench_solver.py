@@ -708,8 +708,13 @@ def run_wide(args, n_values, gates, methods):
 
     def dump(report=None):
         if args.json:
-            _write_json(args.json, {**meta, "complete": report is not None, "cases": cases,
-                                    "report": report, "environment": env,
+            # cases of the file not reached yet stay in it: an interrupted resume loses none
+            reached = {c["index"] for c in cases}
+            waiting = [done[it["index"]] for it in mine
+                       if it["index"] in done and it["index"] not in reached]
+            _write_json(args.json, {**meta, "complete": report is not None,
+                                    "cases": cases + waiting, "report": report,
+                                    "environment": env,
                                     "total_seconds": time.perf_counter() - t_start})
 
     for i, it in enumerate(mine):
@@ -969,11 +974,12 @@ def main(argv=None):
 
     def dump(table=None, tables=None):
         if args.json:
-            with open(args.json + ".tmp", "w") as fh:
-                json.dump({**meta, "complete": table is not None, "cases": cases,
-                           "table": table, "tables": tables, "environment": env},
-                          fh, indent=1, default=float)
-            os.replace(args.json + ".tmp", args.json)
+            # cases of the file not reached yet stay in it: an interrupted resume loses none
+            reached = {_case_key(c) for c in cases}
+            waiting = [c for k, c in done.items() if k not in reached]
+            _write_json(args.json, {**meta, "complete": table is not None,
+                                    "cases": cases + waiting, "table": table,
+                                    "tables": tables, "environment": env})
 
     done = {}
     if args.resume and args.json and os.path.exists(args.json):

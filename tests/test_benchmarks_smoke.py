@@ -292,6 +292,46 @@ def test_bench_solver_wide_shards_merge(tmp_path):
     assert res.returncode != 0 and "not a finished wide-suite run" in res.stderr + res.stdout
 
 
+def test_an_interrupted_resume_keeps_the_cases_it_had_not_reached(tmp_path, monkeypatch):
+    # a wide-suite file with holes (items 0 and 2 missing) is resumed; the run is interrupted
+    # while fitting item 2: items 1 and 3, in the file but not reached, must still be there
+    import json
+
+    sys.path.insert(0, BENCH)
+    try:
+        import bench_solver as b
+    finally:
+        sys.path.remove(BENCH)
+    path = tmp_path / "resume.json"
+    args = b.parse_args(["--suite", "wide", "--fits-per-group", "2", "--gate-acts",
+                         "value:sigmoid,sdpa:sigmoid", "--heads", "1", "--tokens", "2",
+                         "--features", "2", "--n", "300", "--threads", "1", "--json",
+                         str(path), "--resume"])
+    n_values, gates, methods = [300], ["none", "value", "sdpa", "output"], ["lm"]
+    plan = b.wide_plan(args, n_values, gates)
+    assert [it["index"] for it in plan] == [0, 1, 2, 3]
+    meta = {**b._wide_meta(args, n_values, gates, methods, len(plan)), "shard": None}
+    path.write_text(json.dumps({**meta, "complete": False, "cases": [
+        {**plan[i], "result": {"methods": {}}, "kept": True} for i in (1, 3)]}))
+    fake = {"excess_sigma2_over_n": -1.0, "wall": 0.0, "cpu": 0.0, "passes": 0,
+            "search_rounds": 1, "n_starts_agreeing": 1, "failure": False}
+    calls = []
+
+    def one_case(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return {"methods": {"lm": dict(fake)}}
+
+    monkeypatch.setattr(b, "one_case", one_case)
+    with pytest.raises(KeyboardInterrupt):
+        b.run_wide(args, n_values, gates, methods)
+    saved = json.loads(path.read_text())
+    assert not saved["complete"]
+    assert sorted(c["index"] for c in saved["cases"]) == [0, 1, 3]
+    assert all(c.get("kept") for c in saved["cases"] if c["index"] != 0)
+
+
 def test_replay_round_cap_stops_as_the_search_does():
     sys.path.insert(0, BENCH)
     try:
