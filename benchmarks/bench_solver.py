@@ -139,7 +139,7 @@ def parse_args(argv=None):
     ap.add_argument("--replay-rounds", nargs="+", metavar="JSON", default=None,
                     help="wide suite: replay the recorded rounds of complete part files with "
                          "fewer rounds at most (each cap up to the most any fit ran): "
-                         "certified failures, fits ending higher, fits left unconfirmed and "
+                         "certified failures, fits ending higher, fits that would warn and "
                          "the CPU share each cap would give; fits nothing")
     ap.add_argument("--reps", type=int, default=4, help="data sets per n (preset suite)")
     ap.add_argument("--methods", default=None,
@@ -840,7 +840,8 @@ def replay_round_cap(m, n, cap, agree=2):
     The rounds stop once ``agree`` of them reach the best objective (the package's
     :func:`~hmoe_estim.solvers.count_agreeing`, ``σ̂²/n`` with ``n`` samples), as the search
     does; each round's best is the lowest of its recorded start objectives (its moves
-    included). Exact for a cap up to the rounds the fit was allowed.
+    included). Exact for a cap up to the rounds the fit was allowed, on noisy data (the
+    search's rounding-level floor, for noiseless targets, is not recorded).
     """
     import numpy as np
 
@@ -851,7 +852,7 @@ def replay_round_cap(m, n, cap, agree=2):
     if rounds < 1 or s.size % rounds:
         return None
     best = []
-    for r, group in enumerate(s.reshape(rounds, -1)[:cap]):
+    for group in s.reshape(rounds, -1)[:cap]:
         best.append(float(group.min()))
         agreeing = count_agreeing(best, n)
         if agreeing >= agree:
