@@ -57,13 +57,16 @@ all starts; every fit records its wall and CPU time. The report (printed and sto
 per (gate, activation), per (H, N), per K, per n and overall; median time per bin of ``P``
 with the log–log exponent of wall against ``P``; and how many certified failures had two
 (three) starts agreeing. ``--shard i/k`` runs the plan items with index mod k = i (k
-processes share the plan, one JSON each); ``--merge A.json B.json --json OUT`` merges them
-and prints the report. ``--search KNOB=V,...`` runs ``lm`` with other search knobs (the
-trade-off of a schedule: its cost against its certified failures on the same fits); the JSON
-records them. ``--replay-rounds A.json B.json ...`` fits nothing: it replays the recorded rounds
-of finished runs as if at most 1, 2, ... rounds (or a cap growing with ``P``) had been allowed —
-exact, since every round's start objectives are recorded — and prints the certified failures,
-the fits ending higher, those that would warn and the share of the CPU for each cap.
+processes share the plan, one JSON each); ``--claim DIR`` shares it item by item instead: each
+process started with the same ``DIR`` takes the next item no other has claimed, the largest
+``P`` first, so that none idles while another still has long fits queued (each is pinned to
+its own CPU); ``--merge A.json B.json --json OUT`` merges their files and prints the
+report. ``--search KNOB=V,...`` runs ``lm`` with other search knobs (the trade-off of a
+schedule: its cost against its certified failures on the same fits); the JSON records them.
+``--replay-rounds A.json B.json ...`` fits nothing: it replays the recorded rounds of finished
+runs as if at most 1, 2, ... rounds (or a cap growing with ``P``) had been allowed — exact,
+since every round's start objectives are recorded — and prints the certified failures, the
+fits ending higher, those that would warn and the share of the CPU for each cap.
 
 Usage::
 
@@ -77,6 +80,9 @@ Usage::
     python benchmarks/bench_solver.py --suite wide --shard 0/2 --threads 1 --json w0.json
     python benchmarks/bench_solver.py --suite wide --shard 1/2 --threads 1 --json w1.json
     python benchmarks/bench_solver.py --merge w0.json w1.json --json wide.json
+    python benchmarks/bench_solver.py --suite wide --claim claims --threads 1 --json c0.json &
+    python benchmarks/bench_solver.py --suite wide --claim claims --threads 1 --json c1.json
+    python benchmarks/bench_solver.py --merge c0.json c1.json --json wide.json
     python benchmarks/bench_solver.py --suite wide --heads 2 --gates none --threads 1 \
         --search rounds=1,race_iter=10 --json cheap.json   # a cheaper schedule, same fits
     python benchmarks/bench_solver.py --replay-rounds wide.json   # fewer rounds, replayed
@@ -129,6 +135,11 @@ def parse_args(argv=None):
     ap.add_argument("--shard", default=None, metavar="I/K",
                     help="wide suite: run only the plan items with index %% K == I (e.g. 0/2), "
                          "so that K processes share the plan; merge with --merge")
+    ap.add_argument("--claim", default=None, metavar="DIR",
+                    help="wide suite: processes started with the same DIR share the plan "
+                         "item by item (each takes the next item none has claimed, largest P "
+                         "first, so they end together); each writes its own --json, merged "
+                         "with --merge; --resume refits the item it was interrupted in")
     ap.add_argument("--merge", nargs="+", metavar="JSON", default=None,
                     help="wide suite: merge the shard files (written with --shard) into "
                          "--json and print the report; fits nothing")
@@ -167,6 +178,8 @@ def parse_args(argv=None):
         args.gates = "none,value,sdpa,output" if wide else "none,value,sdpa"
     if args.shard is not None and args.suite != "wide":
         ap.error("--shard is for the wide suite")
+    if args.claim is not None and (args.suite != "wide" or args.shard or not args.json):
+        ap.error("--claim is for the wide suite, with --json and without --shard")
     try:
         args.search_knobs = parse_search(args.search)  # parsed once, for every fit
     except ValueError as exc:
@@ -533,6 +546,36 @@ def parse_shard(text):
     return i, k
 
 
+def _claim(path, owner):
+    """Create ``path`` holding ``owner`` unless it exists (atomically); whether ``owner``
+    holds it (a file being written by another process reads as another owner's)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        with open(path) as fh:
+            return fh.read() == owner
+    with os.fdopen(fd, "w") as fh:
+        fh.write(owner)
+    return True
+
+
+def claim_slot(directory, owner):
+    """The slot (0, 1, ...) of the process writing ``owner`` among those sharing
+    ``directory`` (``--claim``): the same on a restart, the next free one for a new owner."""
+    os.makedirs(directory, exist_ok=True)
+    k = 0
+    while not _claim(os.path.join(directory, f"slot-{k}"), os.path.abspath(owner)):
+        k += 1
+    return k
+
+
+def claim_item(directory, index, owner):
+    """Whether the process writing ``owner`` may fit plan item ``index`` (``--claim``): it
+    claims an unclaimed item and keeps its own claims (an item it was interrupted in);
+    another owner's item is not its."""
+    return _claim(os.path.join(directory, f"item-{index}"), os.path.abspath(owner))
+
+
 def draw_truth(item, max_redraws=99):
     """``random_measure`` of the item, redrawn with the next seed if the separation fails;
     returns ``(G, seed, redraws, min_separation)``.
@@ -691,8 +734,16 @@ def run_wide(args, n_values, gates, methods):
     shard_i, shard_k = parse_shard(args.shard)
     mine = [it for it in plan if it["index"] % shard_k == shard_i]
     meta = {**_wide_meta(args, n_values, gates, methods, len(plan)), "shard": args.shard}
-    print(f"bench_solver: suite=wide, {len(mine)} of {len(plan)} fits (shard "
-          f"{shard_i}/{shard_k}) x methods {methods}, threads={args.threads}", flush=True)
+    if args.claim:
+        # the costliest fits first: the processes sharing the plan then end together
+        mine.sort(key=lambda it: (-n_params(it["H"], it["N"], it["K"], it["D"]), -it["n"]))
+        meta["claim"] = os.path.abspath(args.claim)
+        os.makedirs(args.claim, exist_ok=True)
+        print(f"bench_solver: suite=wide, {len(plan)} fits shared through {args.claim} "
+              f"x methods {methods}, threads={args.threads}", flush=True)
+    else:
+        print(f"bench_solver: suite=wide, {len(mine)} of {len(plan)} fits (shard "
+              f"{shard_i}/{shard_k}) x methods {methods}, threads={args.threads}", flush=True)
     env = environment()
     cases, done = [], {}
     if args.resume and args.json and os.path.exists(args.json):
@@ -721,6 +772,8 @@ def run_wide(args, n_values, gates, methods):
         if it["index"] in done:
             cases.append(done[it["index"]])
             continue
+        if args.claim and not claim_item(args.claim, it["index"], args.json):
+            continue  # another process's
         H, N, K, D, n = it["H"], it["N"], it["K"], it["D"], it["n"]
         G, truth_seed, redraws, sep = draw_truth(it)
         X, y = make_hmoe_regression(n, measure=G, gate=it["gate"], activation=it["activation"],
@@ -924,8 +977,10 @@ def _case_key(c):
 
 def main(argv=None):
     args = parse_args(argv)
-    # shards run side by side: shard I takes the I-th group of --threads CPUs, not the first
-    limit_threads(args.threads, slot=parse_shard(args.shard)[0])
+    # shards (or processes sharing a --claim directory) run side by side: shard (slot) I
+    # takes the I-th group of --threads CPUs, not the first
+    slot = claim_slot(args.claim, args.json) if args.claim else parse_shard(args.shard)[0]
+    limit_threads(args.threads, slot=slot)
     apply_runtime_limits(args.threads)
 
     from _common import environment, format_table

@@ -431,3 +431,67 @@ def test_limit_threads_slot_gives_side_by_side_processes_their_own_cpus(slot):
     assert res.returncode == 0, res.stderr
     allowed, kept, final = (ast.literal_eval(part) for part in res.stdout.strip().split(";"))
     assert kept == final == [allowed[slot % len(allowed)]]
+
+
+def test_processes_sharing_a_claim_directory_fit_each_item_once(tmp_path, monkeypatch):
+    # --claim: two processes share a plan item by item; one is interrupted in its second fit
+    # and resumed (it refits that item, its own claim); merged, every item is fitted once
+    import json
+
+    from hmoe_estim.model import n_params
+
+    sys.path.insert(0, BENCH)
+    try:
+        import bench_solver as b
+    finally:
+        sys.path.remove(BENCH)
+    claims = tmp_path / "claims"
+    a, other = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    tiny = ["--suite", "wide", "--fits-per-group", "2", "--gate-acts",
+            "value:sigmoid,sdpa:sigmoid", "--heads", "1", "--tokens", "2,3", "--features",
+            "2,3", "--n", "300", "--threads", "1", "--claim", str(claims)]
+    n_values, gates, methods = [300], ["none", "value", "sdpa", "output"], ["lm"]
+    plan = b.wide_plan(b.parse_args(tiny + ["--json", a]), n_values, gates)
+    assert len(plan) == 4
+    # slots: one per owner, the same on a restart
+    assert b.claim_slot(str(claims), a) == 0 and b.claim_slot(str(claims), other) == 1
+    assert b.claim_slot(str(claims), a) == 0
+    # the other process has already claimed the item of smallest P
+    sizes = {it["index"]: n_params(it["H"], it["N"], it["K"], it["D"]) for it in plan}
+    assert len(set(sizes.values())) > 1
+    small = min(sizes, key=lambda i: (sizes[i], i))
+    assert b.claim_item(str(claims), small, other)
+    fitted = []
+
+    def one_case(X, y, G, shape, *rest, **kw):
+        fitted.append(shape)
+        if len(fitted) == 2:
+            raise KeyboardInterrupt
+        return {"methods": {"lm": {"excess_sigma2_over_n": -1.0, "wall": 0.0, "cpu": 0.0,
+                                   "passes": 0, "search_rounds": 1, "n_starts_agreeing": 1,
+                                   "n_rounds_agreeing": 1, "failure": False}}}
+
+    monkeypatch.setattr(b, "one_case", one_case)
+
+    def run(owner, *extra):
+        b.run_wide(b.parse_args(tiny + ["--json", owner, *extra]), n_values, gates, methods)
+
+    with pytest.raises(KeyboardInterrupt):
+        run(a)
+    # the costliest item first; the interrupted one stays claimed by a
+    first = json.loads(open(a).read())["cases"]
+    assert [sizes[c["index"]] for c in first] == [max(sizes.values())]
+    run(a, "--resume")
+    mine = sorted(c["index"] for c in json.loads(open(a).read())["cases"])
+    assert mine == sorted(set(sizes) - {small}) and len(fitted) == 4  # 2, then 2 more
+    run(other)
+    theirs = [c["index"] for c in json.loads(open(other).read())["cases"]]
+    assert theirs == [small] and len(fitted) == 5
+    merged = str(tmp_path / "m.json")
+    assert b.merge_wide(b.parse_args(["--merge", a, other, "--json", merged])) == 0
+    data = json.loads(open(merged).read())
+    assert data["complete"] and [c["index"] for c in data["cases"]] == [0, 1, 2, 3]
+    # a claim run needs its own file and no shard
+    for bad in (["--shard", "0/2", "--json", a], []):
+        with pytest.raises(SystemExit):
+            b.parse_args(tiny + bad)
