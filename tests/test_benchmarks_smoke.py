@@ -22,14 +22,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "benchmarks")
 
 
-@pytest.fixture(scope="module")
-def peers():
+def _bench_module(name):
+    """A script of ``benchmarks/`` imported as a module."""
+    import importlib
+
     sys.path.insert(0, BENCH)
     try:
-        import peers as module
+        return importlib.import_module(name)
     finally:
         sys.path.remove(BENCH)
-    return module
+
+
+@pytest.fixture(scope="module")
+def peers():
+    return _bench_module("peers")
+
+
+@pytest.fixture(scope="module")
+def bs():
+    return _bench_module("bench_solver")
 
 
 def test_bench_kernels_quick_runs():
@@ -114,15 +125,10 @@ def test_bench_solver_quick_runs(tmp_path):
             assert np.isfinite(r["objective"]) and r["passes"] > 0
 
 
-def test_bench_solver_design():
+def test_bench_solver_design(bs):
     """The truths suite's default design: 12 shapes x 2 n x 2 seeds + 2 large fits per group."""
     from collections import Counter
 
-    sys.path.insert(0, BENCH)
-    try:
-        import bench_solver as bs
-    finally:
-        sys.path.remove(BENCH)
     gates = ["none", "value", "sdpa"]
     plan = bs.truths_plan(bs.parse_args([]), [1000, 10000], gates)
     per_group = Counter((g, a, K) for g, a, K, *_ in plan)
@@ -150,15 +156,10 @@ def test_bench_solver_design():
     assert bs.upper_bound(0, 50) == pytest.approx(1 - 0.05 ** (1 / 50))
 
 
-def test_bench_solver_wide_design():
+def test_bench_solver_wide_design(bs):
     """The wide suite's default plan: 16 groups x 24 fits, balanced factors, fresh truths."""
     from collections import Counter
 
-    sys.path.insert(0, BENCH)
-    try:
-        import bench_solver as bs
-    finally:
-        sys.path.remove(BENCH)
     args = bs.parse_args(["--suite", "wide"])
     assert args.methods == "lm" and args.gates == "none,value,sdpa,output"
     plan = bs.wide_plan(args, [1000, 10000], args.gates.split(","))
@@ -186,16 +187,11 @@ def test_bench_solver_wide_design():
     assert not {p["truth_seed"] for p in plan} & {p["truth_seed"] for p in other}
 
 
-def test_bench_solver_search_knobs():
+def test_bench_solver_search_knobs(bs):
     """``--search``: the knobs parsed, refused with the valid ones named, and given to the
     default search (``per_head`` to the head restarts the schedule resolves)."""
     from hmoe_estim.solvers import ExpertReassignment, HeadRestarts, SoftModes
 
-    sys.path.insert(0, BENCH)
-    try:
-        import bench_solver as bs
-    finally:
-        sys.path.remove(BENCH)
     assert bs.parse_search(None) == {} and bs.parse_search("") == {}
     assert bs.parse_search("rounds=1,race_iter=10") == {"rounds": 1, "race_iter": 10}
     for bad in ("rounds=0", "rounds=x", "hop=2", "rounds"):
@@ -292,25 +288,20 @@ def test_bench_solver_wide_shards_merge(tmp_path):
     assert res.returncode != 0 and "not a finished wide-suite run" in res.stderr + res.stdout
 
 
-def test_an_interrupted_resume_keeps_the_cases_it_had_not_reached(tmp_path, monkeypatch):
+def test_an_interrupted_resume_keeps_the_cases_it_had_not_reached(tmp_path, monkeypatch, bs):
     # a wide-suite file with holes (items 0 and 2 missing) is resumed; the run is interrupted
     # while fitting item 2: items 1 and 3, in the file but not reached, must still be there
     import json
 
-    sys.path.insert(0, BENCH)
-    try:
-        import bench_solver as b
-    finally:
-        sys.path.remove(BENCH)
     path = tmp_path / "resume.json"
-    args = b.parse_args(["--suite", "wide", "--fits-per-group", "2", "--gate-acts",
-                         "value:sigmoid,sdpa:sigmoid", "--heads", "1", "--tokens", "2",
-                         "--features", "2", "--n", "300", "--threads", "1", "--json",
-                         str(path), "--resume"])
+    args = bs.parse_args(["--suite", "wide", "--fits-per-group", "2", "--gate-acts",
+                          "value:sigmoid,sdpa:sigmoid", "--heads", "1", "--tokens", "2",
+                          "--features", "2", "--n", "300", "--threads", "1", "--json",
+                          str(path), "--resume"])
     n_values, gates, methods = [300], ["none", "value", "sdpa", "output"], ["lm"]
-    plan = b.wide_plan(args, n_values, gates)
+    plan = bs.wide_plan(args, n_values, gates)
     assert [it["index"] for it in plan] == [0, 1, 2, 3]
-    meta = {**b._wide_meta(args, n_values, gates, methods, len(plan)), "shard": None}
+    meta = {**bs._wide_meta(args, n_values, gates, methods, len(plan)), "shard": None}
     path.write_text(json.dumps({**meta, "complete": False, "cases": [
         {**plan[i], "result": {"methods": {}}, "kept": True} for i in (1, 3)]}))
     fake = {"excess_sigma2_over_n": -1.0, "wall": 0.0, "cpu": 0.0, "passes": 0,
@@ -323,21 +314,17 @@ def test_an_interrupted_resume_keeps_the_cases_it_had_not_reached(tmp_path, monk
             raise KeyboardInterrupt
         return {"methods": {"lm": dict(fake)}}
 
-    monkeypatch.setattr(b, "one_case", one_case)
+    monkeypatch.setattr(bs, "one_case", one_case)
     with pytest.raises(KeyboardInterrupt):
-        b.run_wide(args, n_values, gates, methods)
+        bs.run_wide(args, n_values, gates, methods)
     saved = json.loads(path.read_text())
     assert not saved["complete"]
     assert sorted(c["index"] for c in saved["cases"]) == [0, 1, 3]
     assert all(c.get("kept") for c in saved["cases"] if c["index"] != 0)
 
 
-def test_replay_round_cap_stops_as_the_search_does():
-    sys.path.insert(0, BENCH)
-    try:
-        from bench_solver import replay_round_cap
-    finally:
-        sys.path.remove(BENCH)
+def test_replay_round_cap_stops_as_the_search_does(bs):
+    replay_round_cap = bs.replay_round_cap
     # three rounds of two starts, n = 100 (σ̂²/n = best/100): round bests 1.0, 0.5, 0.5001
     m = {"search_rounds": 3, "start_objectives": [1.0, 1.1, 0.5, 0.6, 0.5001, 0.7]}
     assert replay_round_cap(m, 100, 1) == (1.0, 1, 1)
@@ -433,34 +420,29 @@ def test_limit_threads_slot_gives_side_by_side_processes_their_own_cpus(slot):
     assert kept == final == [allowed[slot % len(allowed)]]
 
 
-def test_processes_sharing_a_claim_directory_fit_each_item_once(tmp_path, monkeypatch):
+def test_processes_sharing_a_claim_directory_fit_each_item_once(tmp_path, monkeypatch, bs):
     # --claim: two processes share a plan item by item; one is interrupted in its second fit
     # and resumed (it refits that item, its own claim); merged, every item is fitted once
     import json
 
     from hmoe_estim.model import n_params
 
-    sys.path.insert(0, BENCH)
-    try:
-        import bench_solver as b
-    finally:
-        sys.path.remove(BENCH)
     claims = tmp_path / "claims"
     a, other = str(tmp_path / "a.json"), str(tmp_path / "b.json")
     tiny = ["--suite", "wide", "--fits-per-group", "2", "--gate-acts",
             "value:sigmoid,sdpa:sigmoid", "--heads", "1", "--tokens", "2,3", "--features",
             "2,3", "--n", "300", "--threads", "1", "--claim", str(claims)]
     n_values, gates, methods = [300], ["none", "value", "sdpa", "output"], ["lm"]
-    plan = b.wide_plan(b.parse_args(tiny + ["--json", a]), n_values, gates)
+    plan = bs.wide_plan(bs.parse_args(tiny + ["--json", a]), n_values, gates)
     assert len(plan) == 4
     # slots: one per owner, the same on a restart
-    assert b.claim_slot(str(claims), a) == 0 and b.claim_slot(str(claims), other) == 1
-    assert b.claim_slot(str(claims), a) == 0
+    assert bs.claim_slot(str(claims), a) == 0 and bs.claim_slot(str(claims), other) == 1
+    assert bs.claim_slot(str(claims), a) == 0
     # the other process has already claimed the item of smallest P
     sizes = {it["index"]: n_params(it["H"], it["N"], it["K"], it["D"]) for it in plan}
     assert len(set(sizes.values())) > 1
     small = min(sizes, key=lambda i: (sizes[i], i))
-    assert b.claim_item(str(claims), small, other)
+    assert bs.claim_item(str(claims), small, other)
     fitted = []
 
     def one_case(X, y, G, shape, *rest, **kw):
@@ -471,10 +453,10 @@ def test_processes_sharing_a_claim_directory_fit_each_item_once(tmp_path, monkey
                                    "passes": 0, "search_rounds": 1, "n_starts_agreeing": 1,
                                    "n_rounds_agreeing": 1, "failure": False}}}
 
-    monkeypatch.setattr(b, "one_case", one_case)
+    monkeypatch.setattr(bs, "one_case", one_case)
 
     def run(owner, *extra):
-        b.run_wide(b.parse_args(tiny + ["--json", owner, *extra]), n_values, gates, methods)
+        bs.run_wide(bs.parse_args(tiny + ["--json", owner, *extra]), n_values, gates, methods)
 
     with pytest.raises(KeyboardInterrupt):
         run(a)
@@ -488,10 +470,10 @@ def test_processes_sharing_a_claim_directory_fit_each_item_once(tmp_path, monkey
     theirs = [c["index"] for c in json.loads(open(other).read())["cases"]]
     assert theirs == [small] and len(fitted) == 5
     merged = str(tmp_path / "m.json")
-    assert b.merge_wide(b.parse_args(["--merge", a, other, "--json", merged])) == 0
+    assert bs.merge_wide(bs.parse_args(["--merge", a, other, "--json", merged])) == 0
     data = json.loads(open(merged).read())
     assert data["complete"] and [c["index"] for c in data["cases"]] == [0, 1, 2, 3]
     # a claim run needs its own file and no shard
     for bad in (["--shard", "0/2", "--json", a], []):
         with pytest.raises(SystemExit):
-            b.parse_args(tiny + bad)
+            bs.parse_args(tiny + bad)
