@@ -27,6 +27,8 @@ Usage::
         --plot docs/_static/fit_scaling.png
     python benchmarks/bench_fit_scaling.py --plot-only benchmarks/results/fit_scaling.json \
         --plot docs/_static/fit_scaling.png
+    python benchmarks/bench_fit_scaling.py --refresh-P benchmarks/results/fit_scaling.json \
+        --plot docs/_static/fit_scaling.png     # part 2 again, from a refitted wide suite
     python benchmarks/bench_fit_scaling.py --quick      # n in {300, 1000}, 1 truth, one process
 """
 
@@ -61,6 +63,9 @@ def parse_args(argv=None):
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--plot", metavar="PNG", help="write the two-panel figure")
     ap.add_argument("--plot-only", metavar="JSON", help="plot an earlier --json; no fits")
+    ap.add_argument("--refresh-P", metavar="JSON",
+                    help="recompute part 2 of an earlier --json from --wide (after the suite's "
+                         "results were refitted), rewrite it, report and --plot; no fits")
     ap.add_argument("--no-wait", action="store_true")
     # internal: the worker
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -331,9 +336,13 @@ def main(argv=None):
     args = parse_args(argv)
     if args.worker:
         return worker(args)
-    if args.plot_only:
-        with open(args.plot_only) as fh:
+    if args.plot_only or args.refresh_P:
+        with open(args.plot_only or args.refresh_P) as fh:
             out = json.load(fh)
+        if args.refresh_P:  # part 2 reads committed fits only: part 1's runs are kept as they are
+            out["vs_P"] = summarise_P(args.wide)
+            with open(args.refresh_P, "w") as fh:
+                json.dump(out, fh, indent=1)
         print_report(out)
         if args.plot:
             plot(out, args.plot)

@@ -404,6 +404,28 @@ def test_bench_fit_scaling_quick_runs(tmp_path):
     assert data["vs_P"] is None or data["vs_P"]["exponent_cpu"] is not None
 
 
+def test_bench_fit_scaling_refresh_P_rewrites_part_two_only(tmp_path):
+    # after the wide suite is refitted, part 2 is recomputed from it; part 1's fits are kept
+    import json
+    import shutil
+
+    results = os.path.join(BENCH, "results")
+    old = tmp_path / "fit_scaling.json"
+    shutil.copy(os.path.join(results, "fit_scaling.json"), old)
+    before = json.loads(old.read_text())
+    before["vs_P"] = {"stale": True}
+    old.write_text(json.dumps(before))
+    wide = os.path.join(results, "solver_wide_one_head.json")
+    cmd = [sys.executable, os.path.join(BENCH, "bench_fit_scaling.py"), "--refresh-P", str(old),
+           "--wide", wide]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    after = json.loads(old.read_text())
+    assert after["runs"] == before["runs"] and after["vs_n"] == before["vs_n"]
+    n_fits = len(json.loads(open(wide).read())["cases"])
+    assert after["vs_P"]["fits"] == n_fits and after["vs_P"]["exponent_cpu"] > 0
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
 @pytest.mark.parametrize("slot", [0, 1, 2])
 def test_limit_threads_slot_gives_side_by_side_processes_their_own_cpus(slot):
