@@ -323,6 +323,30 @@ def test_an_interrupted_resume_keeps_the_cases_it_had_not_reached(tmp_path, monk
     assert all(c.get("kept") for c in saved["cases"] if c["index"] != 0)
 
 
+def test_a_merge_is_complete_when_its_files_cover_the_plan(tmp_path, bs):
+    # a file with holes (items 0 and 2 to be refitted, say) and a file holding just those two
+    # merge into a finished part; without the second, the merge says INCOMPLETE
+    import json
+
+    args = bs.parse_args(["--suite", "wide", "--fits-per-group", "2", "--gate-acts",
+                          "value:sigmoid,sdpa:sigmoid", "--heads", "1", "--tokens", "2",
+                          "--features", "2", "--n", "300", "--threads", "1"])
+    n_values, gates = [300], ["none", "value", "sdpa", "output"]
+    plan = bs.wide_plan(args, n_values, gates)
+    meta = {**bs._wide_meta(args, n_values, gates, ["lm"], len(plan)), "shard": None}
+    lm = {"excess_sigma2_over_n": -1.0, "wall": 0.0, "cpu": 0.0, "passes": 0,
+          "search_rounds": 1, "n_starts_agreeing": 1, "n_rounds_agreeing": 1, "failure": False}
+    holes, fills, merged = (str(tmp_path / f"{k}.json") for k in ("holes", "fills", "m"))
+    for path, items, complete in ((holes, (1, 3), False), (fills, (0, 2), True)):
+        with open(path, "w") as fh:
+            json.dump({**meta, "complete": complete, "cases": [
+                {**plan[i], "P": 13, "result": {"methods": {"lm": lm}}} for i in items]}, fh)
+    assert bs.merge_wide(bs.parse_args(["--merge", holes, fills, "--json", merged])) == 0
+    assert json.loads(open(merged).read())["complete"]
+    assert bs.merge_wide(bs.parse_args(["--merge", holes, "--json", merged])) == 0
+    assert not json.loads(open(merged).read())["complete"]
+
+
 def test_replay_round_cap_stops_as_the_search_does(bs):
     replay_round_cap = bs.replay_round_cap
     # three rounds of two starts, n = 100 (σ̂²/n = best/100): round bests 1.0, 0.5, 0.5001
