@@ -246,7 +246,7 @@ def test_lbfgs_runs_one_round_without_race(two_heads):
 
 def test_a_spent_time_budget_stops_the_search_and_keeps_the_best_start(two_heads):
     X, y = two_heads
-    # two heads: six rounds and head restarts were planned; the budget stops them
+    # two heads: twelve rounds and head restarts were planned; the budget stops them
     search = Search(n_candidates=4, max_seconds=1e-9, agree=5)
     est = HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2, solver=search,
                         random_state=0)

@@ -90,17 +90,17 @@ def test_the_search_stops_once_the_optimum_is_found_by_enough_rounds(activation,
 
 
 @pytest.mark.parametrize("gate,n_heads,activation,rounds,first", [
-    ("value", 2, "sigmoid", 6, 0),   # gated with several heads: rounds must agree
-    ("sdpa", 2, "gelu", 6, 0),
-    ("sdpa", 1, "tanh", 6, 0),       # gated with signed weights (odd φ): rounds must agree
-    ("value", 1, "tanh", 6, 0),
-    ("value", 2, "tanh", 6, 0),
+    ("value", 2, "sigmoid", 12, 0),   # gated with several heads: rounds must agree
+    ("sdpa", 2, "gelu", 12, 0),
+    ("sdpa", 1, "tanh", 12, 0),       # gated with signed weights (odd φ): rounds must agree
+    ("value", 1, "tanh", 12, 0),
+    ("value", 2, "tanh", 12, 0),
     ("value", 1, "sigmoid", 1, 0),   # one gated head otherwise (N = 2): one round
     ("sdpa", 1, "silu", 1, 0),
-    ("none", 1, "sigmoid", 6, 3),    # one MHA head: 3 of 4 agreeing starts end round 1
-    ("none", 2, "sigmoid", 6, 0),    # several MHA heads: rounds must agree
-    ("output", 1, "tanh", 6, 3),     # one G5 head: 3 of 4 agreeing starts end round 1
-    ("output", 2, "sigmoid", 6, 0),  # several G5 heads
+    ("none", 1, "sigmoid", 12, 3),    # one MHA head: 3 of 4 agreeing starts end round 1
+    ("none", 2, "sigmoid", 12, 0),    # several MHA heads: rounds must agree
+    ("output", 1, "tanh", 12, 3),     # one G5 head: 3 of 4 agreeing starts end round 1
+    ("output", 2, "sigmoid", 12, 0),  # several G5 heads
 ])
 def test_auto_search_rounds_is_the_documented_count(gate, n_heads, activation, rounds, first):
     # starts stopped after 2 iterations end apart, so the optimum is never found twice and
@@ -155,19 +155,19 @@ def test_lbfgs_runs_one_round():
 
 
 def test_search_rounds_schedule():
-    # up to 6 rounds with LM, until two rounds agree; a majority of agreeing starts ends the
+    # up to 12 rounds with LM, until two rounds agree; a majority of agreeing starts ends the
     # first round of one MHA or G5 head; one value/SDPA head with N = 2 and no tanh: one round
     for gate in ("value", "sdpa"):
         for heads in (1, 2, 3):
             s = schedule_of(gate, heads, "tanh")
-            assert (s.rounds, s.first_round_agree) == (6, 0)
+            assert (s.rounds, s.first_round_agree) == (12, 0)
             for act in ("sigmoid", "gelu", "silu"):
                 s = schedule_of(gate, heads, act)
-                assert (s.rounds, s.first_round_agree) == (1 if heads == 1 else 6, 0)
+                assert (s.rounds, s.first_round_agree) == (1 if heads == 1 else 12, 0)
                 # more tokens, more ways to assign experts to gate regions
                 for tokens in (3, 4):
                     s = schedule_of(gate, heads, act, n_tokens=tokens)
-                    assert (s.rounds, s.first_round_agree) == (6, 0)
+                    assert (s.rounds, s.first_round_agree) == (12, 0)
             # L-BFGS-B: one round
             s = schedule_of(gate, heads, "tanh", local="lbfgs")
             assert (s.rounds, s.first_round_agree) == (1, 0)
@@ -175,9 +175,9 @@ def test_search_rounds_schedule():
         for act in ("sigmoid", "tanh"):
             # several MHA or G5 heads can all settle in one wrong basin: rounds must agree
             s = schedule_of(gate, 2, act)
-            assert (s.rounds, s.first_round_agree) == (6, 0)
+            assert (s.rounds, s.first_round_agree) == (12, 0)
             s = schedule_of(gate, 1, act, n_tokens=4)
-            assert (s.rounds, s.first_round_agree) == (6, 3)
+            assert (s.rounds, s.first_round_agree) == (12, 3)
             # a majority of the starts, at least two (one start never agrees with another)
             for n_starts, first in [(1, 2), (2, 2), (3, 2), (4, 3), (8, 5)]:
                 assert schedule_of(gate, 1, act, n_starts=n_starts).first_round_agree == first

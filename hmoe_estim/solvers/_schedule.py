@@ -18,6 +18,8 @@ __all__ = ["Schedule", "resolve"]
 MOVE_ROUNDS = 10
 #: Independent rounds that must reach the best objective for the rounds to stop.
 AGREE_ROUNDS = 2
+#: Most rounds of a search whose rounds must agree (each round is a fresh draw of the basin).
+MAX_ROUNDS = 12
 #: Share of the race's candidates that run its second half (successive halving).
 RACE_FRACTION = 4
 #: Fewest samples of the race's first half (it runs on a quarter of the race's samples).
@@ -72,9 +74,10 @@ def resolve(search, problem, local):
                    each round races on its own grid of samples
     race_samples   a quarter of ``race_samples``, at least 1024: the first half only sorts
     (first half)   out the hopeless three quarters of the candidates
-    rounds         6, until ``agree`` rounds reach the best objective (a round is an
-                   independent draw of the basin); one MHA or G5 head: also stop after the
-                   first round when a majority of its starts agree (``first_round_agree``,
+    rounds         12, until ``agree`` rounds reach the best objective (a round is an
+                   independent draw of the basin; where six disagree, later rounds still
+                   find deeper optima); one MHA or G5 head: also stop after the first
+                   round when a majority of its starts agree (``first_round_agree``,
                    at least 2; 3 of 4): its race's starts disagree when it misses, which
                    it does more often as P grows, and two can share a wrong basin; one
                    value/SDPA head with N = 2 and no tanh: 1 (its race does not miss)
@@ -116,7 +119,7 @@ def resolve(search, problem, local):
     race_first = min(race_samples, max(FIRST_HALF_SAMPLES, race_samples // 4))
     first_agree = 0
     if _auto(search.rounds):
-        rounds = 1 if not lm or (simple and gated) else 6
+        rounds = 1 if not lm or (simple and gated) else MAX_ROUNDS
         if lm and simple and not gated:
             first_agree = max(2, n_starts // 2 + 1)  # a majority: two can share a wrong basin
     else:

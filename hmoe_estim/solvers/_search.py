@@ -142,7 +142,7 @@ class Search(BaseEstimator):
     race_samples : int or "auto", default="auto"
         Samples of the race (evenly spaced; all of them when there are fewer).
     rounds : int or "auto", default="auto"
-        Most rounds of the search (``"auto"``: 6; one MHA or G5 head stops after the first
+        Most rounds of the search (``"auto"``: 12; one MHA or G5 head stops after the first
         round when most of its starts agree; one value/SDPA head with ``N = 2`` and no
         tanh: 1).
     agree : int or "auto", default="auto"
