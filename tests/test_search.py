@@ -292,6 +292,22 @@ def test_rounds_that_run_out_unconfirmed_warn_and_keep_the_best(two_heads):
     assert est.objective_ == est.start_objectives_.min()
 
 
+def test_verbose_prints_each_round_of_the_cap_with_its_seconds_and_each_start(two_heads, capsys):
+    # a long multi-head fit shows its progress: round r of at most R, the best objective so
+    # far, how many rounds reached it, the seconds spent; then one line per kept start
+    X, y = two_heads
+    est = HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2, random_state=0,
+                        verbose=1, solver=Search(n_candidates=4, race_iter=2, rounds=2, agree=3,
+                                                 moves=[]))
+    _fit(est, X, y)
+    lines = capsys.readouterr().out.splitlines()
+    rounds = [ln for ln in lines if "search round" in ln]
+    assert [ln.split("search round ")[1].split(":")[0] for ln in rounds] == \
+        ["1 of at most 2", "2 of at most 2"], lines
+    assert all(ln.rstrip().endswith(" s)") and "reached by" in ln for ln in rounds), rounds
+    assert sum("start" in ln and "objective=" in ln for ln in lines) == len(est.start_objectives_)
+
+
 def test_confirmed_or_single_round_searches_do_not_warn_about_rounds(two_heads):
     X, y = two_heads
     one_round = HMoERegressor(n_heads=2, n_experts=1, gate="value", n_starts=2,

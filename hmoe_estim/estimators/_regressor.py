@@ -112,7 +112,8 @@ class HMoERegressor(RegressorMixin, BaseEstimator):
     n_jobs : int or None, default=None
         Starts run in parallel through joblib. The result does not depend on ``n_jobs``.
     verbose : int, default=0
-        Print one line per start when > 0.
+        When > 0, print one line per search round (the best objective so far, how many
+        rounds reached it, the seconds spent) and one per finished start.
     random_state : int, RandomState instance or None, default=None
         Seeds the random starts.
     fit_intercept : bool, default=False

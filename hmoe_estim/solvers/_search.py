@@ -406,8 +406,9 @@ class _Run:
             agreeing = count_agreeing(round_best, self.n_res, AGREE_TOL, self.floor)
             if self.verbose:
                 label = LAYER_GATE_LABELS.get(self.problem.gate, self.problem.gate)
-                print(f"[{label}] search round {r + 1}: best objective "
-                      f"{min(round_best):.6g}, reached by {agreeing} round(s)")
+                print(f"[{label}] search round {r + 1} of at most {s.rounds}: best objective "
+                      f"{min(round_best):.6g}, reached by {agreeing} round(s) "
+                      f"({time.perf_counter() - self.t0:.1f} s)", flush=True)
             if agreeing >= s.agree and s.rounds > 1:
                 stop = "agreement"
                 break
