@@ -340,6 +340,8 @@ def main(argv=None):
         with open(args.plot_only or args.refresh_P) as fh:
             out = json.load(fh)
         if args.refresh_P:  # part 2 reads committed fits only: part 1's runs are kept as they are
+            if not os.path.exists(args.wide):
+                raise SystemExit(f"--refresh-P: no wide-suite results at {args.wide} (--wide)")
             out["vs_P"] = summarise_P(args.wide)
             with open(args.refresh_P, "w") as fh:
                 json.dump(out, fh, indent=1)

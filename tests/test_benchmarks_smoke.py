@@ -448,6 +448,10 @@ def test_bench_fit_scaling_refresh_P_rewrites_part_two_only(tmp_path):
     assert after["runs"] == before["runs"] and after["vs_n"] == before["vs_n"]
     n_fits = len(json.loads(open(wide).read())["cases"])
     assert after["vs_P"]["fits"] == n_fits and after["vs_P"]["exponent_cpu"] > 0
+    res = subprocess.run(cmd[:-1] + [str(tmp_path / "missing.json")], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert res.returncode != 0 and "no wide-suite results" in res.stderr, res.stderr
+    assert json.loads(old.read_text()) == after  # the earlier JSON is left as it was
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
