@@ -43,6 +43,19 @@ def bs():
     return _bench_module("bench_solver")
 
 
+#: A wide-suite plan of four one-head fits at n = 300 (two groups of two), for stubbed runs.
+TINY_WIDE = ["--suite", "wide", "--fits-per-group", "2", "--gate-acts",
+             "value:sigmoid,sdpa:sigmoid", "--heads", "1", "--tokens", "2", "--features", "2",
+             "--n", "300", "--threads", "1"]
+
+
+def _fake_lm():
+    """The ``lm`` record of a stubbed fit (nothing fitted)."""
+    return {"excess_sigma2_over_n": -1.0, "wall": 0.0, "cpu": 0.0, "passes": 0,
+            "search_rounds": 1, "n_starts_agreeing": 1, "n_rounds_agreeing": 1,
+            "failure": False}
+
+
 def test_bench_kernels_quick_runs():
     cmd = [sys.executable, os.path.join(BENCH, "bench_kernels.py"), "--quick", "--sizes",
            "300", "--no-wait", "--threads", "1"]
@@ -294,25 +307,20 @@ def test_an_interrupted_resume_keeps_the_cases_it_had_not_reached(tmp_path, monk
     import json
 
     path = tmp_path / "resume.json"
-    args = bs.parse_args(["--suite", "wide", "--fits-per-group", "2", "--gate-acts",
-                          "value:sigmoid,sdpa:sigmoid", "--heads", "1", "--tokens", "2",
-                          "--features", "2", "--n", "300", "--threads", "1", "--json",
-                          str(path), "--resume"])
+    args = bs.parse_args(TINY_WIDE + ["--json", str(path), "--resume"])
     n_values, gates, methods = [300], ["none", "value", "sdpa", "output"], ["lm"]
     plan = bs.wide_plan(args, n_values, gates)
     assert [it["index"] for it in plan] == [0, 1, 2, 3]
     meta = {**bs._wide_meta(args, n_values, gates, methods, len(plan)), "shard": None}
     path.write_text(json.dumps({**meta, "complete": False, "cases": [
         {**plan[i], "result": {"methods": {}}, "kept": True} for i in (1, 3)]}))
-    fake = {"excess_sigma2_over_n": -1.0, "wall": 0.0, "cpu": 0.0, "passes": 0,
-            "search_rounds": 1, "n_starts_agreeing": 1, "failure": False}
     calls = []
 
     def one_case(*a, **k):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return {"methods": {"lm": dict(fake)}}
+        return {"methods": {"lm": _fake_lm()}}
 
     monkeypatch.setattr(bs, "one_case", one_case)
     with pytest.raises(KeyboardInterrupt):
@@ -328,19 +336,16 @@ def test_a_merge_is_complete_when_its_files_cover_the_plan(tmp_path, bs):
     # merge into a finished part; without the second, the merge says INCOMPLETE
     import json
 
-    args = bs.parse_args(["--suite", "wide", "--fits-per-group", "2", "--gate-acts",
-                          "value:sigmoid,sdpa:sigmoid", "--heads", "1", "--tokens", "2",
-                          "--features", "2", "--n", "300", "--threads", "1"])
+    args = bs.parse_args(TINY_WIDE)
     n_values, gates = [300], ["none", "value", "sdpa", "output"]
     plan = bs.wide_plan(args, n_values, gates)
     meta = {**bs._wide_meta(args, n_values, gates, ["lm"], len(plan)), "shard": None}
-    lm = {"excess_sigma2_over_n": -1.0, "wall": 0.0, "cpu": 0.0, "passes": 0,
-          "search_rounds": 1, "n_starts_agreeing": 1, "n_rounds_agreeing": 1, "failure": False}
     holes, fills, merged = (str(tmp_path / f"{k}.json") for k in ("holes", "fills", "m"))
     for path, items, complete in ((holes, (1, 3), False), (fills, (0, 2), True)):
         with open(path, "w") as fh:
             json.dump({**meta, "complete": complete, "cases": [
-                {**plan[i], "P": 13, "result": {"methods": {"lm": lm}}} for i in items]}, fh)
+                {**plan[i], "P": 13, "result": {"methods": {"lm": _fake_lm()}}}
+                for i in items]}, fh)
     assert bs.merge_wide(bs.parse_args(["--merge", holes, fills, "--json", merged])) == 0
     assert json.loads(open(merged).read())["complete"]
     assert bs.merge_wide(bs.parse_args(["--merge", holes, "--json", merged])) == 0
@@ -499,9 +504,7 @@ def test_processes_sharing_a_claim_directory_fit_each_item_once(tmp_path, monkey
         fitted.append(shape)
         if len(fitted) == 2:
             raise KeyboardInterrupt
-        return {"methods": {"lm": {"excess_sigma2_over_n": -1.0, "wall": 0.0, "cpu": 0.0,
-                                   "passes": 0, "search_rounds": 1, "n_starts_agreeing": 1,
-                                   "n_rounds_agreeing": 1, "failure": False}}}
+        return {"methods": {"lm": _fake_lm()}}
 
     monkeypatch.setattr(bs, "one_case", one_case)
 
