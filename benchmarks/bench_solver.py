@@ -623,6 +623,31 @@ def _rate_rows(cases, keys, method):
                           "median cpu s"]] + rows
 
 
+def _phase_rows(cases, keys, method):
+    """Rows ``key..., fits, % of the search's seconds`` in each phase of ``search_cost``: the
+    race, the kept starts' convergence on all the data and each move (proposals under
+    ``propose``), per group and over all; fits without a ``search_cost`` record are left out."""
+    groups = {}
+    for c in cases:
+        cost = c["result"]["methods"][method].get("search_cost")
+        if cost:
+            groups.setdefault(tuple(c[k] for k in keys), []).append(cost)
+    seen = {p for costs in groups.values() for cost in costs for p in cost}
+    phases = [p for p in ("race", "converge") if p in seen] + sorted(seen - {"race",
+                                                                               "converge"})
+
+    def cells(costs):
+        tot = {p: sum(cost.get(p, {}).get("seconds", 0.0) for cost in costs) for p in phases}
+        whole = sum(tot.values()) or 1.0
+        return [len(costs)] + [round(100 * tot[p] / whole, 1) for p in phases]
+
+    rows = [list(key) + cells(costs) for key, costs in sorted(groups.items())]
+    if groups:
+        rows.append(["all"] + [""] * (len(keys) - 1)
+                    + cells([c for costs in groups.values() for c in costs]))
+    return [list(keys) + ["fits"] + [f"{p} %" for p in phases]] + rows
+
+
 P_BINS = [0, 20, 40, 80, 160, 320, 10 ** 9]
 
 
@@ -667,6 +692,7 @@ def wide_report(cases, method="lm"):
             fit["exponent_by_n"][str(n)] = float(np.polyfit(np.log(P[sel]), np.log(wall[sel]),
                                                              1)[0])
     rep["wall_vs_P"] = fit
+    rep["phases"] = _phase_rows(cases, ["H", "gate", "activation"], method)
     fails = [c["result"]["methods"][method] for c in cases if c["result"]["methods"][method][
         "failure"]]
     rep["failures_with_agreement"] = {
@@ -695,6 +721,10 @@ def print_wide_report(rep, format_table):
         print(f"log-log fit over all fits: wall ~ P^{w['exponent']:.2f}"
               + (f" (per n: {by_n})" if by_n else "")
               + (f"; CPU time ~ P^{w['exponent_cpu']:.2f}" if w["exponent_cpu"] else ""))
+    ph = rep.get("phases", [])
+    if len(ph) > 1:
+        print("\nwhere the search's seconds go (% per phase; fits that record search_cost):")
+        print(format_table(ph[0], ph[1:]))
     o, fa = rep["overall"], rep["failures_with_agreement"]
     print(f"\noverall: {o['failures']}/{o['fits']} certified failures, rate {o['rate %']}%, "
           f"95% upper bound {o['95% ub %']}%, median {o['median s']} s per fit")

@@ -245,6 +245,7 @@ def test_bench_solver_wide_shards_merge(tmp_path):
     whole, a, b, merged = (tmp_path / f"{name}.json" for name in ("whole", "a", "b", "m"))
     out = run("--json", str(whole))
     assert "per (H, N)" in out and "failures with agreement" in out and "P^" in out, out
+    assert "where the search's seconds go" in out, out
     run("--shard", "0/2", "--json", str(a))
     run("--shard", "1/2", "--json", str(b))
     out = run("--merge", str(a), str(b), "--json", str(merged))
@@ -256,6 +257,11 @@ def test_bench_solver_wide_shards_merge(tmp_path):
         assert key in rep, key
     assert rep["overall"]["fits"] == 4 and set(rep["failures_with_agreement"]) == {
         "failures", "agreeing_ge2", "agreeing_ge3", "rounds_agreeing_ge2"}
+    # the phases' shares of the search's seconds: every fit's record, each row summing to 100
+    phases = rep["phases"]
+    assert phases[0][:5] == ["H", "gate", "activation", "fits", "race %"], phases[0]
+    assert phases[-1][0] == "all" and phases[-1][3] == 4, phases
+    assert all(abs(sum(row[4:]) - 100) < 0.5 for row in phases[1:]), phases
     case = full["cases"][0]
     for key in ("P", "scale", "truth_seed", "data_seed", "fit_seed"):
         assert key in case, key
