@@ -9,7 +9,12 @@ import pytest
 
 from hmoe_estim import MixingMeasure, regression_function, voronoi_cells, voronoi_loss
 from hmoe_estim.datasets._generator import random_measure
-from hmoe_estim.metrics import expert_error, identifiability_report, regression_jacobian
+from hmoe_estim.metrics import (
+    expert_error,
+    fit_alternatives,
+    identifiability_report,
+    regression_jacobian,
+)
 from hmoe_estim.model import pack, unpack
 from hmoe_estim.study import annotate_rates, study_verdicts
 
@@ -278,6 +283,81 @@ def test_near_alternative_of_g2_sigmoid():
     assert alt.voronoi_loss > 1.0
     assert alt.samples_to_resolve(0.05) == pytest.approx(13 * 0.05**2 / alt.rms_gap**2)
     assert "near alternative token-exchange" in rep.summary()
+
+
+def test_fit_alternatives_sort_fits_by_where_they_lead():
+    # three fits built independently of the function under test: the truth nudged (leads back
+    # to G*), the G2 near-alternative of the token-exchange search (stays at its rms gap) and
+    # G1 tanh's null-atom witness with K = K* + 1 (the truth's function exactly)
+    G = random_measure(1, 2, 2, 2, scale=2.0, random_state=0)
+    near = identifiability_report(G, gate="value", activation="sigmoid", n_experts=2,
+                                  n_check=1000).near_alternatives[0]
+    nudged = MixingMeasure(1.01 * G.omega, G.M + 0.01, G.a - 0.01)
+    res = fit_alternatives(G, [nudged, near.measure], gate="value", activation="sigmoid")
+    assert (res["fits"], res["to_truth"], res["to_alternative"], res["to_exact"]) == (2, 1, 1, 0)
+    alt = res["alternative"]
+    assert alt.name == "fit-seeded" and alt.measure.shape == G.shape and res["exact"] is None
+    assert alt.rms_gap == pytest.approx(near.rms_gap, rel=0.2)
+    assert alt.voronoi_loss == pytest.approx(near.voronoi_loss, rel=0.1)
+    null = [o.witness for o in identifiability_report(G, gate="sdpa", activation="tanh",
+                                                      n_experts=3).obstructions
+            if o.name == "null-atom"][0]
+    res = fit_alternatives(G, [null], gate="sdpa", activation="tanh")
+    assert (res["to_truth"], res["to_alternative"], res["to_exact"]) == (0, 0, 1)
+    assert res["exact"].voronoi_loss > 1e-3 and res["alternative"] is None
+    with pytest.raises(ValueError, match="at least one fitted measure"):
+        fit_alternatives(G, [], gate="value", activation="sigmoid")
+    with pytest.raises(ValueError, match="share one shape"):
+        fit_alternatives(G, [random_measure(1, 3, 2, 2, random_state=1)], gate="value",
+                         activation="sigmoid")
+    with pytest.raises(ValueError, match="Unknown gate"):
+        fit_alternatives(G, [G], gate="g2", activation="sigmoid")
+
+
+def test_a_flat_curve_gets_a_fit_check_in_its_reading():
+    # a study whose G2 Voronoi loss is flat: its fits at the largest n are moved towards f*,
+    # and the reading says where they lead (a certified failure and smaller n are not used;
+    # MHA, not identifiable, needs no check)
+    from hmoe_estim.study import StudyConfig
+
+    cfg = StudyConfig.from_dict({
+        "models": [{"gate": "value", "activation": "sigmoid"}, "none"],
+        "truth": {"n_heads": 1, "n_tokens": 2, "n_experts": 2, "n_features": 2, "scale": 2.0,
+                  "seed": 0},
+        "grid": {"n": [100, 200], "reps": 3}, "fit": {"n_experts": 2},
+    })
+    G = random_measure(1, 2, 2, 2, scale=2.0, random_state=0)  # the config's truth
+    near = identifiability_report(G, gate="value", activation="sigmoid", n_experts=2,
+                                  n_check=1000).near_alternatives[0]
+    nudged = MixingMeasure(1.01 * G.omega, G.M + 0.01, G.a - 0.01)
+
+    def record(n, rep, measure, worse=False, model="value"):
+        return {"model": model, "gate": model, "activation": "sigmoid", "n": n, "rep": rep,
+                "measure": measure.to_dict(), "worse_than_truth": worse}
+
+    records = [record(200, 0, near.measure), record(200, 1, nudged),
+               record(200, 2, near.measure, worse=True), record(100, 0, near.measure),
+               record(200, 0, G, model="none")]
+    rates = {m: {"voronoi_loss": {"slope": 0.02, "decreasing": False},
+                 "expert_error": {"slope": -0.5, "decreasing": True}} for m in ("value", "none")}
+    annotate_rates(rates, cfg, records=records)
+    check = rates["value"]["identifiability"]["fit_check"]
+    assert (check["n"], check["fits"], check["to_truth"], check["to_alternative"]) == \
+        (200, 2, 1, 1)
+    assert check["alternative"]["n_to_resolve"] == pytest.approx(
+        near.samples_to_resolve(0.1), rel=0.5)
+    reading = rates["value"]["voronoi_loss"]["reading"]
+    assert reading.startswith("rate; ") and \
+        "flat: 1 of 2 fits at n = 200 lead to a near-alternative" in reading, reading
+    assert "flat" not in rates["value"]["expert_error"]["reading"]
+    assert "fit_check" not in rates["none"]["identifiability"]
+    assert rates["none"]["voronoi_loss"]["reading"].startswith("not a rate")
+    # all fits back in G*'s basin: a slow rate
+    rates = {"value": {"voronoi_loss": {"slope": 0.02, "decreasing": False}}}
+    annotate_rates(rates, cfg, records=[record(200, 0, nudged)])
+    assert rates["value"]["voronoi_loss"]["reading"].endswith(
+        "flat: the fit at n = 200 leads back to G* (its basin): a slow rate, not an "
+        "alternative")
 
 
 def test_report_bad_input():

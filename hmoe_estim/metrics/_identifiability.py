@@ -73,6 +73,7 @@ __all__ = [
     "NearAlternative",
     "Obstruction",
     "Symmetry",
+    "fit_alternatives",
     "identifiability_report",
     "regression_jacobian",
     "verdict_label",
@@ -537,6 +538,109 @@ def _near_alternatives(Gs, gate, activation, K, X, max_seeds=6):
             "token-exchange", "two G2 channels exchange the experts of a token (weights "
             "averaged), then the nearest local minimiser of ‖f − f*‖: a distinct measure whose "
             "function differs from f* by rms_gap only", G, gap, float(loss), P))
+    return out
+
+
+#: A measure this close to ``G*`` (Voronoi loss) is ``G*`` again; one whose function is this
+#: close (rms, relative to ``f*``'s) is an exact alternative: the thresholds of the G2 search.
+_SAME_MEASURE, _SAME_FUNCTION = 1e-3, 1e-10
+
+
+def fit_alternatives(true_measure, fits, *, gate, activation, n_check=2000, random_state=0,
+                     max_nfev=300):
+    """Where fitted measures lead: each moved to the nearest local minimiser of ``‖f − f*‖``.
+
+    A fit whose Voronoi loss stays large as ``n`` grows, though its objective is below the
+    truth's, is either in the basin of ``G*`` — its loss is statistical and falls, if slowly —
+    or near a distinct measure whose function is nearly ``f*`` (a :class:`NearAlternative`,
+    which holds the loss up until ``n ≳ P σ² / rms_gap²``), or at an exact alternative (a
+    witness that ``G*`` is not identifiable in the fitted class). Each fit is moved, by a
+    bounded least-squares solve of ``f_G − f*`` on ``n_check`` inputs uniform on
+    ``[-1, 1]^D`` (weights ``>= 0``, the fit's own shape), to the local minimiser it leads to,
+    and sorted into those three.
+
+    Parameters
+    ----------
+    true_measure : MixingMeasure
+        ``G*``.
+    fits : list of MixingMeasure
+        Fitted measures of one shape ``(H*, N*, K, D)``, ``K >= K*``.
+    gate, activation : str
+    n_check : int, default=2000
+    random_state : int, default=0
+        Seed of the check inputs.
+    max_nfev : int, default=300
+        Function evaluations per solve.
+
+    Returns
+    -------
+    dict
+        ``"fits"``, ``"to_truth"`` (Voronoi loss of the minimiser below 1e-3),
+        ``"to_alternative"`` (a positive loss at a positive rms gap), ``"to_exact"`` (a
+        positive loss at an rms gap below 1e-10 of ``f*``'s rms), and ``"alternative"``: the
+        near-alternative of smallest rms gap (a :class:`NearAlternative` named
+        ``"fit-seeded"``), or ``None``; ``"exact"``: one exact alternative found, or ``None``.
+
+    Raises
+    ------
+    ValueError
+        An unknown gate or activation, no fit, or fits whose shape does not extend the truth's.
+    """
+    from scipy.optimize import least_squares
+
+    from ..model import pack, regression_function, unpack
+    from ._voronoi import voronoi_loss
+
+    gate, activation = check_gate(gate), check_activation(activation)
+    if not isinstance(true_measure, MixingMeasure):
+        raise ValueError("true_measure must be a MixingMeasure.")
+    fits = list(fits)
+    if not fits:
+        raise ValueError("fit_alternatives needs at least one fitted measure.")
+    H, N, Ks, D = true_measure.shape
+    shape = fits[0].shape
+    if any(G.shape != shape for G in fits) or shape[:2] != (H, N) or shape[3] != D \
+            or shape[2] < Ks:
+        raise ValueError(f"the fits must share one shape (H*, N*, K, D) = ({H}, {N}, K >= {Ks}, "
+                         f"{D}) of the truth; got {sorted({G.shape for G in fits})}.")
+    X = np.random.default_rng(random_state).uniform(-1.0, 1.0, size=(int(n_check), D))
+    y = regression_function(true_measure, X, gate=gate, activation=activation)
+    scale = max(float(np.sqrt(np.mean(y**2))), 1e-300)
+    lower = np.full(n_params(*shape), -np.inf)
+    lower[: shape[0] * shape[2]] = 0.0
+
+    def residual(t):
+        return regression_function(unpack(t, shape), X, gate=gate, activation=activation) - y
+
+    def jacobian(t):
+        return regression_jacobian(unpack(t, shape), X, gate=gate, activation=activation)
+
+    out = {"fits": len(fits), "to_truth": 0, "to_alternative": 0, "to_exact": 0,
+           "alternative": None, "exact": None}
+    near = []
+    for G0 in fits:
+        t0 = np.maximum(pack(G0), lower)
+        sol = least_squares(residual, t0, jac=jacobian, bounds=(lower, np.inf), xtol=1e-12,
+                            ftol=1e-12, gtol=1e-12, max_nfev=max_nfev)
+        G = unpack(sol.x, shape)
+        gap = float(np.sqrt(np.mean(sol.fun**2)))
+        loss = float(voronoi_loss(G, true_measure, gate=gate, activation=activation, X_ref=X))
+        if loss <= _SAME_MEASURE:
+            out["to_truth"] += 1
+        elif gap <= _SAME_FUNCTION * scale:
+            out["to_exact"] += 1
+            out["exact"] = out["exact"] or NearAlternative(
+                "fit-exact", "a fit moved to the nearest minimiser of ‖f − f*‖: the function "
+                "of G*, a measure at a positive Voronoi loss", G, gap, loss, n_params(*shape))
+        else:
+            out["to_alternative"] += 1
+            near.append((gap, loss, G))
+    if near:
+        gap, loss, G = min(near, key=lambda t: t[0])
+        out["alternative"] = NearAlternative(
+            "fit-seeded", "a fit moved to the nearest local minimiser of ‖f − f*‖: a distinct "
+            "measure whose function differs from f* by rms_gap only", G, gap, loss,
+            n_params(*shape))
     return out
 
 

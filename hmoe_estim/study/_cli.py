@@ -373,7 +373,7 @@ def _dispatch(args):
                                    random_state=config.seed, optional=config.optional_metrics)
         from ._verdicts import annotate_rates
 
-        annotate_rates(rates, config)
+        annotate_rates(rates, config, records=records)
         path = _plot_path(args.out, args.output)
         plot_learning_curves(records, path, rates=rates, labels=labels, title=title,
                              metrics=config.plot_panels)

@@ -153,6 +153,6 @@ def write_rates(out, *, records=None, config=None, eps=None, n_boot=2000, metric
     # the identifiability verdict of each model next to its slopes
     from ._verdicts import annotate_rates
 
-    annotate_rates(rates, config)
+    annotate_rates(rates, config, records=records)
     _write_json_atomic(os.path.join(out, RATES_FILE), rates)
     return rates

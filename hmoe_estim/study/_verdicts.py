@@ -10,6 +10,8 @@ identifiable").
 import copy
 import functools
 
+import numpy as np
+
 from ._plan import true_measure
 from ._rates import MEASURE_METRICS
 
@@ -177,7 +179,68 @@ def _reading(rec, slow):
     return reading
 
 
-def annotate_rates(rates, config, truth=None, verdicts=None):
+#: Fits at the largest n that :func:`fit_check` moves towards ``f*`` (per model, at most).
+FIT_CHECK_FITS = 8
+
+
+def fit_check(records, model, truth, noise):
+    """Where the fits of ``model`` at the study's largest ``n`` lead
+    (:func:`hmoe_estim.metrics.fit_alternatives`): the record ``rates[model]["identifiability"]
+    ["fit_check"]`` that explains a flat parameter curve, or ``None`` without such fits.
+
+    The fits that are not certified optimisation failures (their objective is not above the
+    truth's), at most :data:`FIT_CHECK_FITS` in replication order, each moved to the nearest
+    local minimiser of ``‖f − f*‖``.
+    """
+    from ..kernels import single_thread_blas
+    from ..metrics import fit_alternatives
+    from ..model import MixingMeasure
+
+    recs = [r for r in records if r.get("model") == model and r.get("measure")]
+    if not recs:
+        return None
+    n_max = max(r["n"] for r in recs)
+    recs = sorted((r for r in recs if r["n"] == n_max and not r.get("worse_than_truth")),
+                  key=lambda r: r.get("rep", 0))[:FIT_CHECK_FITS]
+    if not recs:
+        return None
+    fits = [MixingMeasure(np.asarray(r["measure"]["omega"], dtype=float),
+                          np.asarray(r["measure"]["M"], dtype=float),
+                          np.asarray(r["measure"]["a"], dtype=float)) for r in recs]
+    first = recs[0]
+    with single_thread_blas():
+        res = fit_alternatives(truth, fits, gate=first["gate"], activation=first["activation"])
+    out = {k: res[k] for k in ("fits", "to_truth", "to_alternative", "to_exact")}
+    out["n"] = int(n_max)
+    for key in ("alternative", "exact"):
+        alt = res[key]
+        out[key] = None if alt is None else {
+            "rms_gap": alt.rms_gap, "voronoi_loss": alt.voronoi_loss, "n_params": alt.n_params,
+            "n_to_resolve": alt.samples_to_resolve(noise) if noise > 0 else None,
+            "measure": alt.measure.to_dict()}
+    return out
+
+
+def _flat_reading(check):
+    """What the fit check says about a flat parameter curve (appended to its reading)."""
+    n, m = check["n"], check["fits"]
+    if check["to_exact"]:
+        ex = check["exact"]
+        return (f"; flat: {check['to_exact']} of {m} fits at n = {n} lead to an exact "
+                f"alternative of G* (same function, Voronoi loss {ex['voronoi_loss']:.2g}): not "
+                "identifiable at this truth")
+    if check["to_alternative"]:
+        alt = check["alternative"]
+        when = "" if alt["n_to_resolve"] is None else \
+            f", resolved from n ~ {alt['n_to_resolve']:.1e}"
+        return (f"; flat: {check['to_alternative']} of {m} fits at n = {n} lead to a "
+                f"near-alternative (rms gap {alt['rms_gap']:.1e}, Voronoi loss "
+                f"{alt['voronoi_loss']:.2g}{when}), {check['to_truth']} back to G*")
+    which = f"the fit at n = {n} leads" if m == 1 else f"the {m} fits at n = {n} all lead"
+    return f"; flat: {which} back to G* (its basin): a slow rate, not an alternative"
+
+
+def annotate_rates(rates, config, truth=None, verdicts=None, records=None):
     """Add the identifiability verdict to a study's rates (``rates.json``), in place.
 
     Each model gets ``rates[model]["identifiability"]`` (:func:`study_verdicts`), and each
@@ -189,6 +252,14 @@ def annotate_rates(rates, config, truth=None, verdicts=None):
     :class:`~hmoe_estim.metrics.NearAlternative` needs more samples than the grid's largest
     ``n`` (``P σ² / rms_gap²`` with the study's noise σ). The regression error is a rate for
     every model (Proposition 1).
+
+    With the study's ``records``, a per-entry model that is not known to be non-identifiable
+    and has a parameter metric whose slope interval does not lie below 0 (a flat curve) gets
+    a fit check (where its fits at the largest ``n`` lead,
+    :func:`hmoe_estim.metrics.fit_alternatives`), stored as
+    ``identifiability["fit_check"]``, and the flat metrics' readings say what it found: an
+    exact alternative (not identifiable at this truth), a near-alternative (pre-asymptotic),
+    or the basin of ``G*`` (a slow rate).
 
     A study that cannot be assessed (``K < K*``, which a study config allows) gets the verdict
     ``"unknown"`` with the reason, instead of an error. ``verdicts``: the output of
@@ -214,12 +285,23 @@ def annotate_rates(rates, config, truth=None, verdicts=None):
         rec = verdicts.get(model)
         if rec is None:
             continue
+        flat = [m for m in parameter_metrics
+                if "slope" in per.get(m, {}) and not per[m].get("decreasing", True)]
+        if (records is not None and flat and config.kind != "layer"
+                and rec.get("verdict") != "not identifiable"):
+            if truth is None:
+                truth = true_measure(config)
+            check = fit_check(records, model, truth, config.data.noise)
+            if check is not None:
+                rec = {**rec, "fit_check": check}
         per["identifiability"] = rec
         slow = [a for a in rec["near_alternatives"]
                 if a.get("n_to_resolve") is not None and a["n_to_resolve"] > n_max]
         for metric in parameter_metrics:
             if metric in per and "slope" in per[metric]:
                 per[metric]["reading"] = _reading(rec, slow)
+                if metric in flat and "fit_check" in rec:
+                    per[metric]["reading"] += _flat_reading(rec["fit_check"])
         gauge = config.kind == "layer" and rec.get("verdict") != "not identifiable" \
             and config.model(model).gate not in ("value", "sdpa")
         if gauge and "slope" in per.get("entry_voronoi_loss", {}):
