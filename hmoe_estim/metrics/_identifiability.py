@@ -503,14 +503,15 @@ def _exchange_seeds(Gs, max_seeds):
     return seeds[:max_seeds]
 
 
-def _near_alternatives(Gs, gate, activation, K, X, max_seeds=6):
-    """Local minimisers of ‖f − f*‖ (check sample) from the token-exchange seeds of G2."""
+def _minimisers(Gs, seeds, gate, activation, X, max_nfev=300):
+    """``(G, rms gap, Voronoi loss)`` of the local minimiser of ``‖f_G − f*‖`` on ``X`` that
+    each of ``seeds`` (one shape) leads to: bounded least squares, weights ``>= 0``."""
     from scipy.optimize import least_squares
 
     from ..model import pack, regression_function, unpack
     from ._voronoi import voronoi_loss
 
-    shape = Gs.shape
+    shape = seeds[0].shape
     y = regression_function(Gs, X, gate=gate, activation=activation)
     lower = np.full(n_params(*shape), -np.inf)
     lower[: shape[0] * shape[2]] = 0.0
@@ -521,16 +522,26 @@ def _near_alternatives(Gs, gate, activation, K, X, max_seeds=6):
     def jacobian(t):
         return regression_jacobian(unpack(t, shape), X, gate=gate, activation=activation)
 
-    found = []
-    for seed in _exchange_seeds(Gs, max_seeds):
-        sol = least_squares(residual, pack(seed), jac=jacobian, bounds=(lower, np.inf),
-                            xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=300)
+    out = []
+    for seed in seeds:
+        sol = least_squares(residual, np.maximum(pack(seed), lower), jac=jacobian,
+                            bounds=(lower, np.inf), xtol=1e-12, ftol=1e-12, gtol=1e-12,
+                            max_nfev=max_nfev)
         G = unpack(sol.x, shape)
-        gap = float(np.sqrt(np.mean(sol.fun**2)))
-        loss = voronoi_loss(G, Gs, gate=gate, activation=activation, X_ref=X)
+        out.append((G, float(np.sqrt(np.mean(sol.fun**2))),
+                    float(voronoi_loss(G, Gs, gate=gate, activation=activation, X_ref=X))))
+    return out
+
+
+def _near_alternatives(Gs, gate, activation, K, X, max_seeds=6):
+    """Local minimisers of ‖f − f*‖ (check sample) from the token-exchange seeds of G2."""
+    found = []
+    seeds = _exchange_seeds(Gs, max_seeds)
+    for G, gap, loss in _minimisers(Gs, seeds, gate, activation, X) if seeds else []:
         if loss > 1e-3 and gap > 1e-10:  # not the truth again, not an exact alternative
             found.append((gap, loss, G))
     found.sort(key=lambda t: t[0])
+    shape = Gs.shape
     out, P = [], n_params(shape[0], shape[1], K, shape[3])
     for gap, loss, G in found[:1]:
         G = _padded(G.omega, G.M, G.a, K)
@@ -586,10 +597,7 @@ def fit_alternatives(true_measure, fits, *, gate, activation, n_check=2000, rand
     ValueError
         An unknown gate or activation, no fit, or fits whose shape does not extend the truth's.
     """
-    from scipy.optimize import least_squares
-
-    from ..model import pack, regression_function, unpack
-    from ._voronoi import voronoi_loss
+    from ..model import regression_function
 
     gate, activation = check_gate(gate), check_activation(activation)
     if not isinstance(true_measure, MixingMeasure):
@@ -606,25 +614,10 @@ def fit_alternatives(true_measure, fits, *, gate, activation, n_check=2000, rand
     X = np.random.default_rng(random_state).uniform(-1.0, 1.0, size=(int(n_check), D))
     y = regression_function(true_measure, X, gate=gate, activation=activation)
     scale = max(float(np.sqrt(np.mean(y**2))), 1e-300)
-    lower = np.full(n_params(*shape), -np.inf)
-    lower[: shape[0] * shape[2]] = 0.0
-
-    def residual(t):
-        return regression_function(unpack(t, shape), X, gate=gate, activation=activation) - y
-
-    def jacobian(t):
-        return regression_jacobian(unpack(t, shape), X, gate=gate, activation=activation)
-
     out = {"fits": len(fits), "to_truth": 0, "to_alternative": 0, "to_exact": 0,
            "alternative": None, "exact": None}
     near = []
-    for G0 in fits:
-        t0 = np.maximum(pack(G0), lower)
-        sol = least_squares(residual, t0, jac=jacobian, bounds=(lower, np.inf), xtol=1e-12,
-                            ftol=1e-12, gtol=1e-12, max_nfev=max_nfev)
-        G = unpack(sol.x, shape)
-        gap = float(np.sqrt(np.mean(sol.fun**2)))
-        loss = float(voronoi_loss(G, true_measure, gate=gate, activation=activation, X_ref=X))
+    for G, gap, loss in _minimisers(true_measure, fits, gate, activation, X, max_nfev):
         if loss <= _SAME_MEASURE:
             out["to_truth"] += 1
         elif gap <= _SAME_FUNCTION * scale:
