@@ -358,6 +358,13 @@ def test_a_flat_curve_gets_a_fit_check_in_its_reading():
     assert rates["value"]["voronoi_loss"]["reading"].endswith(
         "flat: the fit at n = 200 leads back to G* (its basin): a slow rate, not an "
         "alternative")
+    # fitted with fewer channels than the truth (K < K*, allowed by a study config): no
+    # verdict, no fit check, no error
+    small = StudyConfig.from_dict({**cfg.to_dict(), "fit": {"n_experts": 1}})
+    one = MixingMeasure(G.omega[:, :1], G.M, G.a[:, :, :1])
+    rates = {"value": {"voronoi_loss": {"slope": 0.02, "decreasing": False}}}
+    annotate_rates(rates, small, records=[record(200, 0, one)])
+    assert "fit_check" not in rates["value"]["identifiability"]
 
 
 def test_report_bad_input():

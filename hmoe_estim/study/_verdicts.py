@@ -291,7 +291,10 @@ def annotate_rates(rates, config, truth=None, verdicts=None, records=None):
                 and rec.get("verdict") != "not identifiable"):
             if truth is None:
                 truth = true_measure(config)
-            check = fit_check(records, model, truth, config.data.noise)
+            try:
+                check = fit_check(records, model, truth, config.data.noise)
+            except ValueError:  # fits that cannot hold G* (K < K*): nothing to move
+                check = None
             if check is not None:
                 rec = {**rec, "fit_check": check}
         per["identifiability"] = rec
