@@ -503,6 +503,11 @@ def _exchange_seeds(Gs, max_seeds):
     return seeds[:max_seeds]
 
 
+#: A minimiser this close to ``G*`` (Voronoi loss) is ``G*`` again; one whose function is this
+#: close to ``f*`` (rms) is an exact alternative: rounding level, not a near-alternative.
+_SAME_MEASURE, _SAME_FUNCTION = 1e-3, 1e-10
+
+
 def _minimisers(Gs, seeds, gate, activation, X, max_nfev=300):
     """``(G, rms gap, Voronoi loss)`` of the local minimiser of ``‖f_G − f*‖`` on ``X`` that
     each of ``seeds`` (one shape) leads to: bounded least squares, weights ``>= 0``."""
@@ -538,7 +543,7 @@ def _near_alternatives(Gs, gate, activation, K, X, max_seeds=6):
     found = []
     seeds = _exchange_seeds(Gs, max_seeds)
     for G, gap, loss in _minimisers(Gs, seeds, gate, activation, X) if seeds else []:
-        if loss > 1e-3 and gap > 1e-10:  # not the truth again, not an exact alternative
+        if loss > _SAME_MEASURE and gap > _SAME_FUNCTION:  # not G* again, not an exact twin
             found.append((gap, loss, G))
     found.sort(key=lambda t: t[0])
     shape = Gs.shape
@@ -550,11 +555,6 @@ def _near_alternatives(Gs, gate, activation, K, X, max_seeds=6):
             "averaged), then the nearest local minimiser of ‖f − f*‖: a distinct measure whose "
             "function differs from f* by rms_gap only", G, gap, float(loss), P))
     return out
-
-
-#: A measure this close to ``G*`` (Voronoi loss) is ``G*`` again; one whose function is this
-#: close (rms, relative to ``f*``'s) is an exact alternative: the thresholds of the G2 search.
-_SAME_MEASURE, _SAME_FUNCTION = 1e-3, 1e-10
 
 
 def fit_alternatives(true_measure, fits, *, gate, activation, n_check=2000, random_state=0,
@@ -588,7 +588,7 @@ def fit_alternatives(true_measure, fits, *, gate, activation, n_check=2000, rand
     dict
         ``"fits"``, ``"to_truth"`` (Voronoi loss of the minimiser below 1e-3),
         ``"to_alternative"`` (a positive loss at a positive rms gap), ``"to_exact"`` (a
-        positive loss at an rms gap below 1e-10 of ``f*``'s rms), and ``"alternative"``: the
+        positive loss at an rms gap below 1e-10), and ``"alternative"``: the
         near-alternative of smallest rms gap (a :class:`NearAlternative` named
         ``"fit-seeded"``), or ``None``; ``"exact"``: one exact alternative found, or ``None``.
 
@@ -597,8 +597,6 @@ def fit_alternatives(true_measure, fits, *, gate, activation, n_check=2000, rand
     ValueError
         An unknown gate or activation, no fit, or fits whose shape does not extend the truth's.
     """
-    from ..model import regression_function
-
     gate, activation = check_gate(gate), check_activation(activation)
     if not isinstance(true_measure, MixingMeasure):
         raise ValueError("true_measure must be a MixingMeasure.")
@@ -612,15 +610,13 @@ def fit_alternatives(true_measure, fits, *, gate, activation, n_check=2000, rand
         raise ValueError(f"the fits must share one shape (H*, N*, K, D) = ({H}, {N}, K >= {Ks}, "
                          f"{D}) of the truth; got {sorted({G.shape for G in fits})}.")
     X = np.random.default_rng(random_state).uniform(-1.0, 1.0, size=(int(n_check), D))
-    y = regression_function(true_measure, X, gate=gate, activation=activation)
-    scale = max(float(np.sqrt(np.mean(y**2))), 1e-300)
     out = {"fits": len(fits), "to_truth": 0, "to_alternative": 0, "to_exact": 0,
            "alternative": None, "exact": None}
     near = []
     for G, gap, loss in _minimisers(true_measure, fits, gate, activation, X, max_nfev):
         if loss <= _SAME_MEASURE:
             out["to_truth"] += 1
-        elif gap <= _SAME_FUNCTION * scale:
+        elif gap <= _SAME_FUNCTION:
             out["to_exact"] += 1
             out["exact"] = out["exact"] or NearAlternative(
                 "fit-exact", "a fit moved to the nearest minimiser of ‖f − f*‖: the function "

@@ -10,8 +10,6 @@ identifiable").
 import copy
 import functools
 
-import numpy as np
-
 from ._plan import true_measure
 from ._rates import MEASURE_METRICS
 
@@ -204,9 +202,7 @@ def fit_check(records, model, truth, noise):
                   key=lambda r: r.get("rep", 0))[:FIT_CHECK_FITS]
     if not recs:
         return None
-    fits = [MixingMeasure(np.asarray(r["measure"]["omega"], dtype=float),
-                          np.asarray(r["measure"]["M"], dtype=float),
-                          np.asarray(r["measure"]["a"], dtype=float)) for r in recs]
+    fits = [MixingMeasure.from_dict(r["measure"]) for r in recs]
     first = recs[0]
     with single_thread_blas():
         res = fit_alternatives(truth, fits, gate=first["gate"], activation=first["activation"])
